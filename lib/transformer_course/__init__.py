@@ -1,0 +1,37 @@
+"""transformer_course: the Transformer from first principles, in NumPy.
+
+The reference implementation of everything the course's notebooks build, one
+module per concept. Shapes follow the ``(..., n, d)`` convention: any leading
+batch (and head) dimensions, then positions, then features.
+"""
+
+from .activations import gelu, relu
+from .attention import attention_scores, scaled_dot_product_attention
+from .encoder import TransformerEncoderBlock
+from .feedforward import PositionwiseFeedForward
+from .masks import causal_mask, padding_mask
+from .multihead import MultiHeadAttention, merge_heads, split_heads
+from .normalization import layer_norm
+from .positional import frequencies, positional_encoding, relative_shift_matrix
+from .softmax import softmax
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MultiHeadAttention",
+    "PositionwiseFeedForward",
+    "TransformerEncoderBlock",
+    "attention_scores",
+    "causal_mask",
+    "frequencies",
+    "gelu",
+    "layer_norm",
+    "merge_heads",
+    "padding_mask",
+    "positional_encoding",
+    "relative_shift_matrix",
+    "relu",
+    "scaled_dot_product_attention",
+    "softmax",
+    "split_heads",
+]

@@ -1,0 +1,79 @@
+"""The Transformer encoder block (Vaswani et al. 2017, §3.1; theory.md §5).
+
+Post-LN (the paper):  z = LN(x + MHA(x));   out = LN(z + FFN(z))
+Pre-LN (the option):  z = x + MHA(LN(x));   out = z + FFN(LN(z))
+
+Shape in equals shape out, ``(..., n, d_model)``, so blocks stack.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import as_float_array, check_rng, positive_int
+from .feedforward import PositionwiseFeedForward
+from .multihead import MultiHeadAttention
+from .normalization import layer_norm
+
+
+class TransformerEncoderBlock:
+    """Self-attention and a feed-forward sub-layer, each with a residual and a layer norm.
+
+    Args:
+        d_model: token width.
+        n_heads: attention heads (must divide d_model).
+        d_ff: feed-forward hidden width; default ``4 * d_model``.
+        rng: ``numpy.random.Generator`` for the initial weights.
+        norm_first: False = post-LN (the paper, PyTorch's default); True = pre-LN.
+        activation: ``"relu"`` or ``"gelu"``.
+        eps: layer-norm epsilon.
+
+    Attributes:
+        attention (:class:`MultiHeadAttention`), feed_forward
+        (:class:`PositionwiseFeedForward`), ln1_gamma, ln1_beta, ln2_gamma, ln2_beta ``(d_model,)``.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, *, rng,
+                 norm_first: bool = False, activation: str = "relu", eps: float = 1e-5,
+                 dtype=np.float64):
+        self.d_model = positive_int(d_model, "d_model")
+        self.d_ff = 4 * self.d_model if d_ff is None else positive_int(d_ff, "d_ff")
+        rng = check_rng(rng)
+        if not isinstance(norm_first, bool):
+            raise TypeError(f"norm_first must be True or False, got {norm_first!r}")
+        self.norm_first = norm_first
+        self.eps = eps
+        self.attention = MultiHeadAttention(self.d_model, n_heads, rng=rng, dtype=dtype)
+        self.feed_forward = PositionwiseFeedForward(self.d_model, self.d_ff, rng=rng,
+                                                    activation=activation, dtype=dtype)
+        self.ln1_gamma = np.ones(self.d_model, dtype=dtype)
+        self.ln1_beta = np.zeros(self.d_model, dtype=dtype)
+        self.ln2_gamma = np.ones(self.d_model, dtype=dtype)
+        self.ln2_beta = np.zeros(self.d_model, dtype=dtype)
+
+    @property
+    def n_heads(self) -> int:
+        return self.attention.n_heads
+
+    def _ln1(self, x):
+        return layer_norm(x, self.ln1_gamma, self.ln1_beta, self.eps)
+
+    def _ln2(self, x):
+        return layer_norm(x, self.ln2_gamma, self.ln2_beta, self.eps)
+
+    def __call__(self, x, *, mask=None, key_padding_mask=None):
+        """``(..., n, d_model)`` -> ``(output (..., n, d_model), weights (..., n_heads, n, n))``.
+
+        ``mask`` and ``key_padding_mask`` are passed to the attention
+        (True = may attend).
+        """
+        x = as_float_array(x, "x", min_ndim=2)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {x.shape}")
+        if self.norm_first:
+            attended, weights = self.attention(self._ln1(x), mask=mask, key_padding_mask=key_padding_mask)
+            z = x + attended                                  # residual around attention
+            return z + self.feed_forward(self._ln2(z)), weights
+        attended, weights = self.attention(x, mask=mask, key_padding_mask=key_padding_mask)
+        z = self._ln1(x + attended)                           # add & norm
+        return self._ln2(z + self.feed_forward(z)), weights   # add & norm

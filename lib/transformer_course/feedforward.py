@@ -1,0 +1,59 @@
+"""The position-wise feed-forward sub-layer (theory.md §5.2).
+
+    FFN(x) = act(x W_1 + b_1) W_2 + b_2
+
+The same two-layer MLP is applied to every token vector independently.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import as_float_array, check_matrix, check_rng, check_vector, positive_int
+from .activations import gelu, relu
+
+ACTIVATIONS = {"relu": relu, "gelu": gelu}
+
+
+class PositionwiseFeedForward:
+    """Two linear maps with a non-linearity between them, applied token by token.
+
+    Args:
+        d_model: token width.
+        d_ff: hidden width (the paper uses 4 * d_model).
+        rng: ``numpy.random.Generator`` for the initial weights.
+        activation: ``"relu"`` (the paper) or ``"gelu"`` (BERT).
+
+    Attributes:
+        W_1 ``(d_model, d_ff)``, b_1 ``(d_ff,)``, W_2 ``(d_ff, d_model)``, b_2 ``(d_model,)``.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, *, rng, activation: str = "relu", dtype=np.float64):
+        self.d_model = positive_int(d_model, "d_model")
+        self.d_ff = positive_int(d_ff, "d_ff")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.activation = activation
+        rng = check_rng(rng)
+        # PyTorch's nn.Linear default: uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+        l1, l2 = 1 / np.sqrt(self.d_model), 1 / np.sqrt(self.d_ff)
+        self.W_1 = rng.uniform(-l1, l1, (self.d_model, self.d_ff)).astype(dtype)
+        self.b_1 = rng.uniform(-l1, l1, self.d_ff).astype(dtype)
+        self.W_2 = rng.uniform(-l2, l2, (self.d_ff, self.d_model)).astype(dtype)
+        self.b_2 = rng.uniform(-l2, l2, self.d_model).astype(dtype)
+
+    def set_weights(self, W_1, b_1, W_2, b_2):
+        """Replace all parameters (``x @ W`` convention), checking every shape."""
+        self.W_1 = check_matrix(W_1, "W_1", (self.d_model, self.d_ff))
+        self.b_1 = check_vector(b_1, "b_1", self.d_ff)
+        self.W_2 = check_matrix(W_2, "W_2", (self.d_ff, self.d_model))
+        self.b_2 = check_vector(b_2, "b_2", self.d_model)
+        return self
+
+    def __call__(self, x) -> np.ndarray:
+        """``(..., n, d_model)`` -> ``(..., n, d_model)``."""
+        x = as_float_array(x, "x", min_ndim=1)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {x.shape}")
+        hidden = ACTIVATIONS[self.activation](x @ self.W_1 + self.b_1)  # (..., n, d_ff)
+        return hidden @ self.W_2 + self.b_2                              # (..., n, d_model)

@@ -1,0 +1,117 @@
+"""Hidden-test cases whose inputs are drawn at grading time.
+
+The course repository is public, so the hidden tests' code is no secret. What
+keeps them meaningful is their input: each case draws it from a generator
+seeded by ``COURSE_GRADING_SEED`` (set by the instructor when grading; without
+it a fresh random seed is drawn every run), so nobody can hard-code answers.
+
+A hidden test cell reads::
+
+    case = hidden_case("attention.softmax")
+    case.check(softmax(**case.inputs))
+
+``check`` compares with the course's reference implementation (tolerances,
+never exact floats) and, when ``COURSE_GRADING_EXPORT`` names a folder, also
+saves the plain output arrays there so a trusted process outside the student's
+kernel can compare them itself (the autograder does; see ``grader/``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..testing import assert_close
+
+SEED_ENV = "COURSE_GRADING_SEED"
+EXPORT_ENV = "COURSE_GRADING_EXPORT"
+_SESSION_SEED = secrets.randbits(32)
+
+
+def grading_seed() -> int:
+    """The instructor's seed from the environment, or a fresh random one for this process."""
+    raw = os.environ.get(SEED_ENV)
+    if raw is None or raw == "":
+        return _SESSION_SEED
+    try:
+        return int(raw)
+    except ValueError:
+        return zlib.crc32(raw.encode())
+
+
+def case_rng(case_id: str, seed: int | None = None) -> np.random.Generator:
+    """A generator that depends on the grading seed and the case id only."""
+    seed = grading_seed() if seed is None else seed
+    return np.random.default_rng([seed, zlib.crc32(case_id.encode())])
+
+
+@dataclass(frozen=True)
+class Case:
+    """A hidden-test case: how to draw inputs, how to compute the expected outputs."""
+
+    make_inputs: Callable[[np.random.Generator], dict]
+    reference: Callable[..., tuple]
+    output_names: tuple[str, ...]
+    tol: float = 1e-6
+    description: str = ""
+
+
+CASES: dict[str, Case] = {}
+
+
+@dataclass
+class HiddenCase:
+    case_id: str
+    inputs: dict
+    seed: int
+    spec: Case = field(repr=False)
+
+    def expected(self) -> tuple:
+        out = self.spec.reference(**self.inputs)
+        return out if isinstance(out, tuple) else (out,)
+
+    def check(self, result) -> None:
+        """Compare the student's result with the reference; export it when grading."""
+        got = result if isinstance(result, tuple) else (result,)
+        names = self.spec.output_names
+        if len(got) != len(names):
+            raise AssertionError(
+                f"{self.case_id}: expected {len(names)} output(s) {names}, got {len(got)}"
+            )
+        export_dir = os.environ.get(EXPORT_ENV)
+        if export_dir:
+            _export(export_dir, self.case_id, dict(zip(names, got)))
+        for name, g, e in zip(names, got, self.expected()):
+            assert_close(g, e, f"{self.case_id} {name} (seed {self.seed})", tol=self.spec.tol)
+
+
+def _export(folder: str, case_id: str, outputs: dict) -> None:
+    arrays = {}
+    for name, value in outputs.items():
+        try:
+            arrays[name] = np.array(value, dtype=np.float64, copy=True)
+        except (TypeError, ValueError):
+            arrays[name] = np.array(np.nan)
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", case_id)
+    os.makedirs(folder, exist_ok=True)
+    np.savez(os.path.join(folder, safe + ".npz"), **arrays)
+
+
+def hidden_case(case_id: str) -> HiddenCase:
+    """Draw the inputs of a registered case from the grading seed."""
+    if case_id not in CASES:
+        raise KeyError(f"unknown hidden case {case_id!r}; known: {sorted(CASES)}")
+    seed = grading_seed()
+    spec = CASES[case_id]
+    return HiddenCase(case_id, spec.make_inputs(case_rng(case_id, seed)), seed, spec)
+
+
+
+# Each notebook's cases live in their own module and register themselves here.
+from . import cases_01_attention  # noqa: E402,F401

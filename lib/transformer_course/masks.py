@@ -1,0 +1,51 @@
+"""Masks that say which keys a query may attend to (True = may attend).
+
+A boolean mask is turned into scores of ``-inf`` where it is False, so those
+keys get weight exactly 0 after the softmax.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import describe, positive_int
+
+
+def causal_mask(n: int) -> np.ndarray:
+    """Lower-triangular mask for autoregressive (decoder) attention.
+
+    Args:
+        n: sequence length.
+
+    Returns:
+        Boolean array of shape ``(n, n)``; entry ``[i, j]`` is True when query
+        ``i`` may attend to key ``j``, i.e. when ``j <= i`` (no peeking ahead).
+    """
+    n = positive_int(n, "n")
+    return np.tril(np.ones((n, n), dtype=bool))
+
+
+def padding_mask(lengths, n: int) -> np.ndarray:
+    """Key mask for a padded batch: real tokens True, padding False.
+
+    Args:
+        lengths: sequence of ``batch`` integers, the true length of each
+            sequence, each in ``1..n``.
+        n: padded length.
+
+    Returns:
+        Boolean array of shape ``(batch, n)``. To use it with scores of shape
+        ``(batch, n_q, n)`` index it as ``mask[:, None, :]``; with per-head
+        scores ``(batch, heads, n_q, n)`` as ``mask[:, None, None, :]``.
+    """
+    n = positive_int(n, "n")
+    arr = np.asarray(lengths)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(
+            f"lengths must be a non-empty 1-D sequence of integers, got {describe(lengths)}"
+        )
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"lengths must hold integers, got dtype {arr.dtype}")
+    if (arr < 1).any() or (arr > n).any():
+        raise ValueError(f"every length must be between 1 and n={n}, got {arr.tolist()}")
+    return np.arange(n)[None, :] < arr[:, None]

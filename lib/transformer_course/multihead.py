@@ -1,0 +1,163 @@
+"""Multi-head attention: h attentions side by side, all in one batched product.
+
+    head_i = Attention(X W_Q[:, i], X W_K[:, i], X W_V[:, i])
+    MultiHead(X) = Concat(head_1, ..., head_h) W_O          (theory.md §3)
+
+The projections are packed: ``W_Q`` is ``(d_model, d_model)`` and its columns
+``i*d_head:(i+1)*d_head`` belong to head i. So one matrix product projects for
+every head at once, and a reshape + transpose gives each head its own slice.
+Convention: ``X @ W`` (rows are tokens). PyTorch stores the transpose and
+computes ``X @ W.T``; see :mod:`transformer_course.torch_interop`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import (
+    as_float_array,
+    check_matrix,
+    check_rng,
+    check_vector,
+    describe,
+    positive_int,
+)
+from .attention import scaled_dot_product_attention
+
+
+def split_heads(x, n_heads: int) -> np.ndarray:
+    """``(..., n, d_model)`` -> ``(..., n_heads, n, d_head)``, d_head = d_model / n_heads."""
+    x = as_float_array(x, "x", min_ndim=2)
+    n_heads = positive_int(n_heads, "n_heads")
+    *lead, n, d_model = x.shape
+    if d_model % n_heads:
+        raise ValueError(
+            f"the last dimension d_model={d_model} of x must be divisible by n_heads={n_heads}"
+        )
+    d_head = d_model // n_heads
+    x = x.reshape(*lead, n, n_heads, d_head)     # (..., n, h, d_head)
+    return np.swapaxes(x, -2, -3)                # (..., h, n, d_head)
+
+
+def merge_heads(x) -> np.ndarray:
+    """``(..., n_heads, n, d_head)`` -> ``(..., n, n_heads * d_head)``; inverse of :func:`split_heads`."""
+    x = as_float_array(x, "x", min_ndim=3)
+    *lead, h, n, d_head = x.shape
+    x = np.swapaxes(x, -2, -3)                   # (..., n, h, d_head)
+    return x.reshape(*lead, n, h * d_head)       # (..., n, d_model)
+
+
+class MultiHeadAttention:
+    """Multi-head attention with packed projection weights.
+
+    Args:
+        d_model: width of the token vectors.
+        n_heads: number of heads; must divide ``d_model``.
+        rng: ``numpy.random.Generator`` for the initial weights.
+        bias: whether the four projections have bias vectors.
+        dtype: floating dtype of the parameters.
+
+    Attributes:
+        W_Q, W_K, W_V, W_O: ``(d_model, d_model)`` each, used as ``X @ W``.
+        b_Q, b_K, b_V, b_O: ``(d_model,)`` each, or None when ``bias=False``.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, rng, bias: bool = True, dtype=np.float64):
+        self.d_model = positive_int(d_model, "d_model")
+        self.n_heads = positive_int(n_heads, "n_heads")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} "
+                f"(each head gets d_model / n_heads dimensions)"
+            )
+        self.d_head = self.d_model // self.n_heads
+        rng = check_rng(rng)
+        # Xavier/Glorot uniform, as PyTorch initialises its in-projection.
+        limit = np.sqrt(6.0 / (2 * self.d_model))
+
+        def weight():
+            return rng.uniform(-limit, limit, (self.d_model, self.d_model)).astype(dtype)
+
+        self.W_Q, self.W_K, self.W_V, self.W_O = weight(), weight(), weight(), weight()
+        if bias:
+            zeros = lambda: np.zeros(self.d_model, dtype=dtype)  # noqa: E731
+            self.b_Q, self.b_K, self.b_V, self.b_O = zeros(), zeros(), zeros(), zeros()
+        else:
+            self.b_Q = self.b_K = self.b_V = self.b_O = None
+
+    # -- parameters ---------------------------------------------------------
+    def set_weights(self, W_Q, W_K, W_V, W_O, b_Q=None, b_K=None, b_V=None, b_O=None):
+        """Replace all parameters (``X @ W`` convention), checking every shape."""
+        shape = (self.d_model, self.d_model)
+        self.W_Q = check_matrix(W_Q, "W_Q", shape)
+        self.W_K = check_matrix(W_K, "W_K", shape)
+        self.W_V = check_matrix(W_V, "W_V", shape)
+        self.W_O = check_matrix(W_O, "W_O", shape)
+        biases = {"b_Q": b_Q, "b_K": b_K, "b_V": b_V, "b_O": b_O}
+        for name, b in biases.items():
+            setattr(self, name, None if b is None else check_vector(b, name, self.d_model))
+        return self
+
+    @property
+    def n_parameters(self) -> int:
+        """Number of scalars in the weights and biases: 4 d_model^2 (+ 4 d_model)."""
+        arrays = [self.W_Q, self.W_K, self.W_V, self.W_O, self.b_Q, self.b_K, self.b_V, self.b_O]
+        return sum(a.size for a in arrays if a is not None)
+
+    # -- forward ------------------------------------------------------------
+    @staticmethod
+    def _project(x, W, b):
+        y = x @ W                                     # (..., n, d_model)
+        return y if b is None else y + b
+
+    def __call__(self, query, key=None, value=None, *, mask=None, key_padding_mask=None):
+        """Attend from ``query`` to ``key``/``value`` (self-attention when they are omitted).
+
+        Args:
+            query: ``(..., n_q, d_model)``.
+            key, value: ``(..., n_k, d_model)``; default to ``query``.
+            mask: optional boolean (True = may attend) or additive float mask
+                broadcastable to ``(..., n_heads, n_q, n_k)``, e.g. ``(n_q, n_k)``.
+            key_padding_mask: optional boolean ``(..., n_k)``, True for real
+                tokens (as :func:`~transformer_course.masks.padding_mask` returns).
+
+        Returns:
+            ``(output, weights)``: ``(..., n_q, d_model)`` and per-head weights
+            ``(..., n_heads, n_q, n_k)``.
+        """
+        query = as_float_array(query, "query", min_ndim=2)
+        key = query if key is None else as_float_array(key, "key", min_ndim=2)
+        value = key if value is None else as_float_array(value, "value", min_ndim=2)
+        for name, arr in (("query", query), ("key", key), ("value", value)):
+            if arr.shape[-1] != self.d_model:
+                raise ValueError(
+                    f"{name} must have last dimension d_model={self.d_model}, got shape {arr.shape}"
+                )
+        if key.shape != value.shape:
+            raise ValueError(f"key and value must have the same shape, got {key.shape} and {value.shape}")
+
+        q = split_heads(self._project(query, self.W_Q, self.b_Q), self.n_heads)  # (..., h, n_q, d_head)
+        k = split_heads(self._project(key, self.W_K, self.b_K), self.n_heads)    # (..., h, n_k, d_head)
+        v = split_heads(self._project(value, self.W_V, self.b_V), self.n_heads)  # (..., h, n_k, d_head)
+
+        combined = None if mask is None else np.asarray(mask)
+        if key_padding_mask is not None:
+            kpm = np.asarray(key_padding_mask)
+            if kpm.dtype != bool:
+                raise TypeError(
+                    f"key_padding_mask must be boolean (True = real token), got {describe(kpm)}"
+                )
+            if kpm.shape != key.shape[:-1]:
+                raise ValueError(
+                    f"key_padding_mask must have shape {key.shape[:-1]} (..., n_k), got {kpm.shape}"
+                )
+            kpm = kpm[..., None, None, :]                                      # (..., 1, 1, n_k)
+            if combined is None:
+                combined = kpm
+            elif combined.dtype == bool:
+                combined = combined & kpm
+            else:
+                combined = np.where(kpm, combined, -np.inf)
+        heads, weights = scaled_dot_product_attention(q, k, v, mask=combined)  # (..., h, n_q, d_head)
+        concat = merge_heads(heads)                                            # (..., n_q, d_model)
+        return self._project(concat, self.W_O, self.b_O), weights

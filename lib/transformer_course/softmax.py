@@ -1,0 +1,37 @@
+"""Softmax: turn a row of scores into a probability distribution.
+
+    softmax(x)_j = exp(x_j - m) / sum_k exp(x_k - m),   m = max_k x_k
+
+Subtracting the row maximum m changes nothing mathematically (it cancels in the
+ratio) but keeps ``exp`` from overflowing (theory.md §1.2).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import as_float_array, check_axis, check_finite
+
+
+def softmax(x, axis: int = -1) -> np.ndarray:
+    """Numerically stable softmax along ``axis``.
+
+    Args:
+        x: scores, any shape ``(..., n)``; ``-inf`` marks an entry that must get
+            weight 0 (a masked key). NaN and ``+inf`` are refused.
+        axis: the axis that sums to one (default: the last).
+
+    Returns:
+        Array of the same shape and floating dtype as ``x``; every slice along
+        ``axis`` is non-negative and sums to 1 -- except a slice whose entries
+        are all ``-inf`` (everything masked), which is all zeros, never NaN.
+    """
+    x = as_float_array(x, "x", min_ndim=1)
+    axis = check_axis(axis, x.ndim)
+    check_finite(x, "x", allow_neg_inf=True)
+    row_max = np.max(x, axis=axis, keepdims=True)
+    # A fully masked slice has max -inf; shift it by 0 so exp gives exact zeros.
+    row_max = np.where(np.isneginf(row_max), 0.0, row_max).astype(x.dtype, copy=False)
+    exps = np.exp(x - row_max)
+    total = np.sum(exps, axis=axis, keepdims=True)
+    return exps / np.where(total == 0, 1, total).astype(x.dtype, copy=False)

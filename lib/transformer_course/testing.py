@@ -1,0 +1,48 @@
+"""Checks for the notebooks' visible tests: relative error against a reference, with a clear message."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def rel_error(actual, expected) -> float:
+    """Largest relative error ``|a - e| / max(1e-8, |a| + |e|)`` over all entries (CS231n style)."""
+    a = np.asarray(actual, dtype=float)
+    e = np.asarray(expected, dtype=float)
+    if a.shape != e.shape:
+        return float("inf")
+    if a.size == 0:
+        return 0.0
+    same_inf = (a == e) & np.isinf(e)
+    diff = np.where(same_inf, 0.0, np.abs(a - e))
+    err = diff / np.maximum(1e-8, np.abs(a) + np.abs(e))
+    return float(np.nanmax(np.where(np.isnan(err), np.inf, err)))
+
+
+def assert_close(actual, expected, name: str = "result", *, tol: float = 1e-6, quiet: bool = False) -> float:
+    """Assert that ``actual`` matches ``expected`` in shape and value; print the relative error.
+
+    Raises ``AssertionError`` saying what was expected and what came: the wrong
+    type, the wrong shape, or the largest relative error and where it is.
+    """
+    if actual is None:
+        raise AssertionError(f"{name}: got None -- did the function forget to `return`?")
+    try:
+        a = np.asarray(actual, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise AssertionError(f"{name}: expected a numeric array, got {type(actual).__name__} ({exc})") from None
+    e = np.asarray(expected, dtype=float)
+    if a.shape != e.shape:
+        raise AssertionError(f"{name}: expected shape {e.shape}, got shape {a.shape}")
+    if np.isnan(a).any() and not np.isnan(e).any():
+        raise AssertionError(f"{name}: contains NaN at {np.argwhere(np.isnan(a))[0].tolist()}; expected finite values")
+    err = rel_error(a, e)
+    if not quiet:
+        print(f"{name}: relative error {err:.1e}")
+    if not err <= tol:
+        where = np.unravel_index(np.argmax(np.abs(a - e)), a.shape) if a.ndim else ()
+        raise AssertionError(
+            f"{name}: relative error {err:.2e} exceeds {tol:.0e}; at index {tuple(int(i) for i in where)} "
+            f"expected {e[where]:.6g}, got {a[where]:.6g}"
+        )
+    return err

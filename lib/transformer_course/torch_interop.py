@@ -1,0 +1,54 @@
+"""Copy PyTorch modules' weights into the course's NumPy classes.
+
+PyTorch's ``nn.Linear`` stores ``weight`` as ``(out_features, in_features)``
+and computes ``x @ weight.T + bias``; the course writes ``x @ W + b`` with
+``W = weight.T``. ``nn.MultiheadAttention`` packs the three input projections
+as rows of ``in_proj_weight`` ``(3 d_model, d_model)``: W_Q^T, then W_K^T, then W_V^T.
+PyTorch is imported lazily: these functions take the modules as arguments.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .encoder import TransformerEncoderBlock
+from .multihead import MultiHeadAttention
+
+
+def _np(t, dtype):
+    return None if t is None else t.detach().cpu().numpy().astype(dtype)
+
+
+def multihead_from_torch(module, dtype=np.float64) -> MultiHeadAttention:
+    """A :class:`MultiHeadAttention` with the weights of a ``torch.nn.MultiheadAttention``."""
+    d, h = module.embed_dim, module.num_heads
+    if module.in_proj_weight is None:
+        raise ValueError("only nn.MultiheadAttention with a packed in_proj_weight (kdim == vdim == embed_dim) is supported")
+    w = _np(module.in_proj_weight, dtype)                       # (3d, d) rows: Q, K, V
+    b = _np(module.in_proj_bias, dtype)
+    mha = MultiHeadAttention(d, h, rng=np.random.default_rng(0), bias=b is not None, dtype=dtype)
+    bq = bk = bv = None
+    if b is not None:
+        bq, bk, bv = b[:d], b[d:2 * d], b[2 * d:]
+    mha.set_weights(w[:d].T, w[d:2 * d].T, w[2 * d:].T, _np(module.out_proj.weight, dtype).T,
+                    bq, bk, bv, _np(module.out_proj.bias, dtype))
+    return mha
+
+
+def encoder_block_from_torch(layer, dtype=np.float64) -> TransformerEncoderBlock:
+    """A :class:`TransformerEncoderBlock` with the weights of a ``torch.nn.TransformerEncoderLayer``."""
+    import torch.nn.functional as F
+
+    act = layer.activation
+    activation = "gelu" if act is F.gelu or getattr(act, "__name__", "") == "gelu" or type(act).__name__ == "GELU" else "relu"
+    d_model = layer.self_attn.embed_dim
+    d_ff = layer.linear1.out_features
+    block = TransformerEncoderBlock(d_model, layer.self_attn.num_heads, d_ff, rng=np.random.default_rng(0),
+                                    norm_first=bool(layer.norm_first), activation=activation,
+                                    eps=float(layer.norm1.eps), dtype=dtype)
+    block.attention = multihead_from_torch(layer.self_attn, dtype)
+    block.feed_forward.set_weights(_np(layer.linear1.weight, dtype).T, _np(layer.linear1.bias, dtype),
+                                   _np(layer.linear2.weight, dtype).T, _np(layer.linear2.bias, dtype))
+    block.ln1_gamma, block.ln1_beta = _np(layer.norm1.weight, dtype), _np(layer.norm1.bias, dtype)
+    block.ln2_gamma, block.ln2_beta = _np(layer.norm2.weight, dtype), _np(layer.norm2.bias, dtype)
+    return block
