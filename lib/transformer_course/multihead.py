@@ -16,6 +16,7 @@ import numpy as np
 
 from ._checks import (
     as_float_array,
+    check_finite,
     check_matrix,
     check_rng,
     check_vector,
@@ -133,6 +134,7 @@ class MultiHeadAttention:
                 raise ValueError(
                     f"{name} must have last dimension d_model={self.d_model}, got shape {arr.shape}"
                 )
+            check_finite(arr, name)
         if key.shape != value.shape:
             raise ValueError(f"key and value must have the same shape, got {key.shape} and {value.shape}")
 
@@ -156,8 +158,9 @@ class MultiHeadAttention:
                 combined = kpm
             elif combined.dtype == bool:
                 combined = combined & kpm
-            else:
+            elif np.issubdtype(combined.dtype, np.floating):
                 combined = np.where(kpm, combined, -np.inf)
+            # any other mask dtype is left as is: scaled_dot_product_attention refuses it
         heads, weights = scaled_dot_product_attention(q, k, v, mask=combined)  # (..., h, n_q, d_head)
         concat = merge_heads(heads)                                            # (..., n_q, d_model)
         return self._project(concat, self.W_O, self.b_O), weights

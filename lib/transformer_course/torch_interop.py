@@ -24,6 +24,8 @@ def multihead_from_torch(module, dtype=np.float64) -> MultiHeadAttention:
     d, h = module.embed_dim, module.num_heads
     if module.in_proj_weight is None:
         raise ValueError("only nn.MultiheadAttention with a packed in_proj_weight (kdim == vdim == embed_dim) is supported")
+    if module.bias_k is not None or module.add_zero_attn:
+        raise ValueError("nn.MultiheadAttention with add_bias_kv=True or add_zero_attn=True is not supported")
     w = _np(module.in_proj_weight, dtype)                       # (3d, d) rows: Q, K, V
     b = _np(module.in_proj_bias, dtype)
     mha = MultiHeadAttention(d, h, rng=np.random.default_rng(0), bias=b is not None, dtype=dtype)
@@ -40,7 +42,13 @@ def encoder_block_from_torch(layer, dtype=np.float64) -> TransformerEncoderBlock
     import torch.nn.functional as F
 
     act = layer.activation
-    activation = "gelu" if act is F.gelu or getattr(act, "__name__", "") == "gelu" or type(act).__name__ == "GELU" else "relu"
+    if act is F.gelu or getattr(act, "__name__", "") == "gelu" or (
+            type(act).__name__ == "GELU" and getattr(act, "approximate", "none") == "none"):
+        activation = "gelu"
+    elif act is F.relu or getattr(act, "__name__", "") == "relu" or type(act).__name__ == "ReLU":
+        activation = "relu"
+    else:
+        raise ValueError(f"only relu and exact (erf) gelu activations are supported, got {act!r}")
     d_model = layer.self_attn.embed_dim
     d_ff = layer.linear1.out_features
     block = TransformerEncoderBlock(d_model, layer.self_attn.num_heads, d_ff, rng=np.random.default_rng(0),

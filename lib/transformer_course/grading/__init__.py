@@ -113,5 +113,15 @@ def hidden_case(case_id: str) -> HiddenCase:
 
 
 
-# Each notebook's cases live in their own module and register themselves here.
-from . import cases_01_attention  # noqa: E402,F401
+# Each notebook's cases live in their own module (cases_NN_*.py) and register
+# themselves in CASES when imported; import them all.
+def _load_case_modules() -> None:
+    import importlib
+    import pkgutil
+
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("cases_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+_load_case_modules()

@@ -1,0 +1,65 @@
+# Transformer, First Principles -- every job of the course is a target here.
+#
+#   make          environment + student release + executed solutions + site
+#   make test     everything CI checks
+#
+# See README.md for the other targets (lab, site, serve, grade, bench, ...).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+# nbgrader runs `alembic` from PATH for a fresh gradebook: the environment's own comes first.
+export PATH := $(abspath $(BIN)):$(PATH)
+export PIP_NO_INPUT := 1
+
+.DEFAULT_GOAL := all
+.PHONY: all env test-env exercises solutions course test test-package test-notebooks nbval lab clean help
+
+all: env exercises solutions site ## environment, student release, executed solutions, site
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
+
+# ---------------------------------------------------------------- environment
+# Exact pins from the lock file; the course package installed editable from lib/.
+env: $(VENV)/.core-installed ## create .venv from requirements/lock.txt
+$(VENV)/.core-installed: requirements/lock.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -r requirements/lock.txt
+	$(PIP) install --no-deps -e .
+	@touch $@
+
+# What `make test` adds: PyTorch 2.13.0 (CPU, the optional reference) and the test tools.
+test-env: env $(VENV)/.test-installed ## add PyTorch and the test tools to .venv
+$(VENV)/.test-installed: requirements/test-lock.txt
+	$(PIP) install -r requirements/test-lock.txt
+	@touch $@
+
+# ---------------------------------------------------------------- the course
+exercises: env ## regenerate exercises/ (student versions) with nbgrader
+	$(PY) tools/course.py release
+
+solutions: env ## regenerate solutions/ (executed complete notebooks)
+	$(PY) tools/course.py solutions
+
+course: exercises solutions
+
+lab: env ## open JupyterLab on the student notebooks
+	$(BIN)/jupyter lab exercises
+
+# ---------------------------------------------------------------- checks
+test: test-env ## everything CI checks
+	$(PY) -m pytest tests -p no:cacheprovider --timeout=900
+	$(MAKE) --no-print-directory nbval
+
+nbval: test-env ## re-execute every notebook in solutions/ and compare its outputs (strict)
+	$(PY) -m pytest --nbval solutions --nbval-sanitize-with tools/nbval-sanitize.cfg \
+		-p no:cacheprovider -o testpaths=solutions -q
+
+clean: ## remove build output (keeps .venv and the committed notebooks)
+	rm -rf .nbgrader build site/_build .artifacts .pytest_cache .hypothesis
+
+-include $(sort $(wildcard mk/*.mk))

@@ -1,0 +1,28 @@
+"""nbgrader configuration for the course (instructor side).
+
+Sources live in notebooks/<assignment>/<assignment>.ipynb, student versions are
+released to exercises/, executed complete notebooks go to solutions/.
+"""
+
+import os
+
+c = get_config()  # noqa: F821  (provided by traitlets)
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+c.CourseDirectory.root = ROOT
+c.CourseDirectory.course_id = "transformer-first-principles"
+c.CourseDirectory.source_directory = "notebooks"
+c.CourseDirectory.release_directory = "exercises"
+c.CourseDirectory.solution_directory = "solutions"
+c.CourseDirectory.db_url = "sqlite:///" + os.path.join(ROOT, ".nbgrader", "gradebook.db")
+# Only notebooks are course material; theory.md and figures stay out of the release.
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.md"]
+
+# Student stubs.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# Execution limits used by validate and autograde.
+c.Execute.timeout = 60
+c.Execute.record_timing = False

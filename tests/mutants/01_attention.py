@@ -1,0 +1,69 @@
+"""Plausible wrong implementations that the hidden tests of notebook 01 must catch.
+
+Each entry maps a description to {solution grade_id: replacement source}.
+"""
+
+MUTANTS = {
+    "softmax without the max-shift (overflows)": {"softmax": '''
+def softmax(x, axis=-1):
+    e = np.exp(x)
+    return e / e.sum(axis=axis, keepdims=True)
+'''},
+    "softmax that ignores axis": {"softmax": '''
+def softmax(x, axis=-1):
+    x = np.asarray(x, dtype=float)
+    m = np.max(x, axis=-1, keepdims=True)
+    m = np.where(np.isneginf(m), 0.0, m)
+    e = np.exp(x - m)
+    s = e.sum(axis=-1, keepdims=True)
+    return e / np.where(s == 0, 1.0, s)
+'''},
+    "softmax giving nan on a fully masked row": {"softmax": '''
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+'''},
+    "attention scaled by d_k instead of sqrt(d_k)": {"sdpa": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ np.swapaxes(K, -1, -2) / Q.shape[-1]
+    if mask is not None:
+        mask = np.asarray(mask)
+        scores = np.where(mask, scores, -np.inf) if mask.dtype == bool else scores + mask
+    w = softmax(scores, axis=-1)
+    return w @ V, w
+'''},
+    "attention without scaling": {"sdpa": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ np.swapaxes(K, -1, -2)
+    if mask is not None:
+        mask = np.asarray(mask)
+        scores = np.where(mask, scores, -np.inf) if mask.dtype == bool else scores + mask
+    w = softmax(scores, axis=-1)
+    return w @ V, w
+'''},
+    "mask applied after the softmax (rows no longer sum to 1)": {"sdpa": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    w = softmax(Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1]), axis=-1)
+    if mask is not None:
+        mask = np.asarray(mask)
+        w = w * mask if mask.dtype == bool else w * np.isfinite(mask)
+    return w @ V, w
+'''},
+    "additive mask treated as boolean": {"sdpa": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    if mask is not None:
+        scores = np.where(np.isfinite(mask), scores, -np.inf)
+    w = softmax(scores, axis=-1)
+    return w @ V, w
+'''},
+    "softmax over the query axis": {"sdpa": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    if mask is not None:
+        mask = np.asarray(mask)
+        scores = np.where(mask, scores, -np.inf) if mask.dtype == bool else scores + mask
+    w = softmax(scores, axis=-2)
+    return w @ V, w
+'''},
+}

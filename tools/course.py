@@ -1,0 +1,137 @@
+"""Build and check the course's generated notebooks.
+
+    python tools/course.py release     # notebooks/ -> exercises/   (nbgrader generate_assignment)
+    python tools/course.py solutions   # notebooks/ -> solutions/   (markers and hidden tests removed, executed)
+    python tools/course.py all         # both
+
+The sources in notebooks/<NN_name>/<NN_name>.ipynb are the only thing edited by
+hand; exercises/ and solutions/ are rebuilt from them and committed so that a
+student or reader sees them without installing anything. tests/test_pipeline.py
+fails when a committed copy is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "notebooks"
+EXERCISES = ROOT / "exercises"
+SOLUTIONS = ROOT / "solutions"
+BIN = Path(sys.executable).parent
+
+HIDDEN_BLOCK = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[ \t]*\n?", re.S | re.M)
+SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
+MARK_SCHEME = re.compile(r"^=== BEGIN MARK SCHEME ===.*?^=== END MARK SCHEME ===[ \t]*\n?", re.S | re.M)
+
+
+def assignments() -> list[str]:
+    """Assignment names, in order: every notebooks/NN_name/NN_name.ipynb."""
+    names = sorted(p.name for p in SOURCE.iterdir() if p.is_dir() and re.match(r"\d\d_", p.name))
+    for name in names:
+        if not (SOURCE / name / f"{name}.ipynb").exists():
+            raise SystemExit(f"notebooks/{name}/ must contain {name}.ipynb")
+    return names
+
+
+def nbgrader_env() -> dict:
+    env = dict(os.environ)
+    # A fresh gradebook runs `alembic` from PATH: use the environment's own.
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def release(names: list[str]) -> None:
+    """Student versions via nbgrader (stubs replace solutions, hidden tests removed)."""
+    (ROOT / ".nbgrader").mkdir(exist_ok=True)
+    for name in names:
+        t0 = time.perf_counter()
+        subprocess.run([str(BIN / "nbgrader"), "generate_assignment", name, "--force", "--log-level=WARN"],
+                       cwd=ROOT, env=nbgrader_env(), check=True)
+        released = EXERCISES / name / f"{name}.ipynb"
+        if not released.exists():
+            raise SystemExit(f"nbgrader did not write {released}")
+        print(f"released   {released.relative_to(ROOT)}  ({time.perf_counter() - t0:.1f} s)")
+
+
+def solution_notebook(source: Path):
+    """The source notebook without solution markers, hidden tests or mark schemes (not executed)."""
+    nb = nbformat.read(source, as_version=4)
+    for cell in nb.cells:
+        text = cell.source
+        if cell.cell_type == "code":
+            text = HIDDEN_BLOCK.sub("", text)
+            text = SOLUTION_MARKER.sub("", text)
+        else:
+            text = MARK_SCHEME.sub("", text)
+        cell.source = text.rstrip("\n")
+        cell.metadata.pop("nbgrader", None)
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    nb.cells = [c for c in nb.cells if c.source.strip()]
+    return nb
+
+
+def execute(nb, cwd: Path, timeout: int = 300):
+    from nbclient import NotebookClient
+
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                            resources={"metadata": {"path": str(cwd)}})
+    client.execute()
+    return nb
+
+
+def error_outputs(nb) -> list[str]:
+    """Descriptions of every error output in a notebook."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                found.append(f"cell {i}: {out.get('ename')}: {out.get('evalue')}")
+    return found
+
+
+def solutions(names: list[str]) -> None:
+    """Executed complete notebooks: what a reader sees and what nbval re-checks."""
+    for name in names:
+        t0 = time.perf_counter()
+        nb = solution_notebook(SOURCE / name / f"{name}.ipynb")
+        dest_dir = SOLUTIONS / name
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        nb = execute(nb, dest_dir)
+        errors = error_outputs(nb)
+        if errors:
+            raise SystemExit(f"{name}: the solution raised errors:\n" + "\n".join(errors))
+        for cell in nb.cells:
+            cell.metadata.pop("execution", None)
+        nbformat.write(nb, dest_dir / f"{name}.ipynb")
+        print(f"solutions  {(dest_dir / f'{name}.ipynb').relative_to(ROOT)}  ({time.perf_counter() - t0:.1f} s)")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("step", choices=["release", "solutions", "all"])
+    parser.add_argument("names", nargs="*", help="assignments (default: all)")
+    args = parser.parse_args(argv)
+    names = args.names or assignments()
+    if args.step in ("release", "all"):
+        release(names)
+    if args.step in ("solutions", "all"):
+        solutions(names)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
