@@ -139,3 +139,13 @@ def test_committed_exercises_are_fresh(tmp_path):
     assert not stale, f"exercises/ is stale for {stale}: run `make exercises`"
     extra = sorted(p.name for p in (ROOT / "exercises").iterdir() if p.is_dir() and p.name not in NAMES)
     assert not extra, f"exercises/ holds notebooks with no source: {extra}"
+
+
+@pytest.mark.parametrize("folder", ["exercises", "solutions"])
+def test_shared_files_are_fresh(folder):
+    for name in course.SHARED_FILES:
+        src = ROOT / "notebooks" / name
+        if src.exists():
+            copy = ROOT / folder / name
+            assert copy.exists() and copy.read_bytes() == src.read_bytes(), \
+                f"{folder}/{name} is stale: run `make`"

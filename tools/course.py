@@ -52,9 +52,22 @@ def nbgrader_env() -> dict:
     return env
 
 
+SHARED_FILES = ["theory.md"]   # notebooks/ files that sit next to the notebooks (links: ../theory.md)
+
+
+def copy_shared(dest: Path) -> None:
+    """Copy theory.md (and any other shared file) from notebooks/ into ``dest``."""
+    for name in SHARED_FILES:
+        src = SOURCE / name
+        if src.exists():
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest / name)
+
+
 def release(names: list[str]) -> None:
     """Student versions via nbgrader (stubs replace solutions, hidden tests removed)."""
     (ROOT / ".nbgrader").mkdir(exist_ok=True)
+    copy_shared(EXERCISES)
     for name in names:
         t0 = time.perf_counter()
         subprocess.run([str(BIN / "nbgrader"), "generate_assignment", name, "--force", "--log-level=WARN"],
@@ -105,6 +118,7 @@ def error_outputs(nb) -> list[str]:
 
 def solutions(names: list[str]) -> None:
     """Executed complete notebooks: what a reader sees and what nbval re-checks."""
+    copy_shared(SOLUTIONS)
     for name in names:
         t0 = time.perf_counter()
         nb = solution_notebook(SOURCE / name / f"{name}.ipynb")

@@ -8,7 +8,8 @@ import numpy as np
 
 def attention_heatmap(weights, query_labels=None, key_labels=None, *, ax=None, title="Attention weights",
                       annotate=None, vmin=0.0, vmax=1.0, cmap="Blues", colorbar=True,
-                      xlabel="key (attended to)", ylabel="query (attending)"):
+                      xlabel="key (attended to)", ylabel="query (attending)",
+                      colorbar_label="attention weight"):
     """Draw a ``(n_q, n_k)`` weight matrix with token labels.
 
     Values are written into the cells when ``annotate`` is True, or by default
@@ -36,7 +37,7 @@ def attention_heatmap(weights, query_labels=None, key_labels=None, *, ax=None, t
                 ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
                         color="white" if w[i, j] > mid else "black")
     if colorbar:
-        ax.figure.colorbar(im, ax=ax, label="attention weight", fraction=0.046, pad=0.04)
+        ax.figure.colorbar(im, ax=ax, label=colorbar_label, fraction=0.046, pad=0.04)
     return im
 
 
