@@ -321,3 +321,32 @@ def test_float_mask_with_nan_or_plus_inf(rng, value, what):
     mask[1, 1] = value
     with pytest.raises(ValueError, match=rf"mask contains {what}"):
         scaled_dot_product_attention(Q, K, V, mask=mask)
+
+
+# -- the toy vocabulary -----------------------------------------------------------------------
+def test_toy_embed_rows_and_readable_attention():
+    from transformer_course.toy import EMBEDDINGS, embed
+
+    X = embed(["cat", "ate", "fish"])
+    assert X.shape == (3, 4) and X.dtype == np.float64
+    np.testing.assert_array_equal(X[2], EMBEDDINGS["fish"])
+    _, w = scaled_dot_product_attention(X, X, X)
+    # "cat" shares the animal slot with "fish" (dot 0.5) and nothing with "ate" (dot 0).
+    assert w[0, 0] > w[0, 2] > w[0, 1]
+    np.testing.assert_allclose(w[0], softmax(np.array([1.0, 0.0, 0.5]) / 2.0), rtol=1e-14)
+
+
+def test_toy_embed_unknown_token():
+    from transformer_course.toy import embed
+
+    with pytest.raises(ValueError, match=r"unknown token\(s\) \['bird', 'flew'\]; the toy vocabulary is \[.*'cat'.*\]"):
+        embed(["the", "bird", "flew"])
+
+
+def test_toy_embed_string_and_empty():
+    from transformer_course.toy import embed
+
+    with pytest.raises(TypeError, match=r"tokens must be a list of words, got the string 'the cat'; try tokens.split\(\)"):
+        embed("the cat")
+    with pytest.raises(ValueError, match=r"tokens must not be empty"):
+        embed([])

@@ -55,5 +55,18 @@ class PositionwiseFeedForward:
         x = as_float_array(x, "x", min_ndim=1)
         if x.shape[-1] != self.d_model:
             raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {x.shape}")
-        hidden = ACTIVATIONS[self.activation](x @ self.W_1 + self.b_1)  # (..., n, d_ff)
-        return hidden @ self.W_2 + self.b_2                              # (..., n, d_model)
+        # Every token of every sequence as one row: two 2-D products, (batch·n, d) @ W, which are
+        # several times faster than stacks of small (n, d) products.
+        rows = x.reshape(-1, self.d_model)                                    # (batch·n, d_model)
+        hidden = ACTIVATIONS[self.activation](_affine(rows, self.W_1, self.b_1))  # (batch·n, d_ff)
+        out = _affine(hidden, self.W_2, self.b_2)                             # (batch·n, d_model)
+        return out.reshape(x.shape)                                           # (..., n, d_model)
+
+
+def _affine(x, W, b):
+    """``x @ W + b``, adding ``b`` in place when that keeps the dtype."""
+    y = x @ W
+    if np.result_type(y, b) == y.dtype:
+        y += b
+        return y
+    return y + b

@@ -108,8 +108,15 @@ class MultiHeadAttention:
     # -- forward ------------------------------------------------------------
     @staticmethod
     def _project(x, W, b):
-        y = x @ W                                     # (..., n, d_model)
-        return y if b is None else y + b
+        # One 2-D product over every token of every sequence, (batch·n, d_model) @ W: a stack of
+        # small (n, d_model) products is several times slower.
+        y = x.reshape(-1, x.shape[-1]) @ W            # (batch·n, d_model)
+        if b is not None:
+            if np.result_type(y, b) == y.dtype:
+                y += b                                # in place: no second (batch·n, d_model) array
+            else:
+                y = y + b
+        return y.reshape(*x.shape[:-1], W.shape[-1])  # (..., n, d_model)
 
     def __call__(self, query, key=None, value=None, *, mask=None, key_padding_mask=None):
         """Attend from ``query`` to ``key``/``value`` (self-attention when they are omitted).

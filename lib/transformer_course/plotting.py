@@ -49,7 +49,8 @@ def multihead_grid(weights, tokens=None, *, title="Attention weights per head", 
     h = w.shape[0]
     ncols = ncols or min(h, 4)
     nrows = int(np.ceil(h / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 3.2 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols + 1.0, 3.4 * nrows), squeeze=False,
+                             layout="constrained")
     im = None
     for idx, ax in enumerate(axes.flat):
         if idx >= h:
@@ -59,7 +60,7 @@ def multihead_grid(weights, tokens=None, *, title="Attention weights per head", 
                                colorbar=False, annotate=False,
                                xlabel="key" if idx // ncols == nrows - 1 else "",
                                ylabel="query" if idx % ncols == 0 else "")
-    fig.colorbar(im, ax=axes, label="attention weight", shrink=0.8)
+    fig.colorbar(im, ax=axes, label="attention weight")
     fig.suptitle(title)
     return fig
 

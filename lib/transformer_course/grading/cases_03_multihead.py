@@ -1,0 +1,87 @@
+"""Hidden-test cases of notebook 03 (split_heads, merge_heads, multi_head_attention).
+
+Shapes are drawn so that the plausible mistakes show: several heads (h >= 2),
+d_head >= 2 and n, h, d_head all different, so a reshape without the
+transpose, a merge in the wrong order, or a scale by sqrt(d_model) instead of
+sqrt(d_head) changes the values (and not only the shape). The weights are
+passed in as inputs; nothing depends on the student's random draws.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..attention import scaled_dot_product_attention
+from ..multihead import merge_heads, split_heads
+from . import CASES, Case
+
+
+def _dims(rng):
+    """batch, n, n_heads, d_head: n, h, d_head pairwise different, h >= 2, d_head >= 2."""
+    n, h, d_head = rng.choice(np.arange(2, 8), size=3, replace=False)
+    n = int(n) + 1                                   # n >= 3
+    if n in (h, d_head):
+        n = int(max(h, d_head)) + 1
+    return int(rng.integers(2, 4)), n, int(h), int(d_head)
+
+
+def _split_inputs(rng, batched=True):
+    b, n, h, d_head = _dims(rng)
+    shape = (b, n, h * d_head) if batched else (n, h * d_head)
+    return {"x": rng.normal(0, 1, shape), "n_heads": h}
+
+
+def _split_ref(x, n_heads):
+    return split_heads(x, n_heads)
+
+
+CASES["multihead.split_heads"] = Case(lambda rng: _split_inputs(rng), _split_ref, ("heads",),
+                                      description="(batch, n, d_model) -> (batch, h, n, d_head), column blocks")
+CASES["multihead.split_heads_2d"] = Case(lambda rng: _split_inputs(rng, batched=False), _split_ref, ("heads",),
+                                         description="(n, d_model) without a batch axis -> (h, n, d_head)")
+
+
+def _merge_inputs(rng):
+    b, n, h, d_head = _dims(rng)
+    return {"x": rng.normal(0, 1, (b, h, n, d_head))}
+
+
+def _merge_ref(x):
+    return merge_heads(x)
+
+
+CASES["multihead.merge_heads"] = Case(_merge_inputs, _merge_ref, ("merged",),
+                                      description="(batch, h, n, d_head) -> (batch, n, h * d_head), head 0 first")
+
+
+def _mha_inputs(rng, masked=False):
+    b, n, h, d_head = _dims(rng)
+    d_model = h * d_head
+    # Projections of scale ~1 so scores are O(1): softmax neither uniform nor saturated,
+    # and a wrong scale (sqrt(d_model) vs sqrt(d_head)) changes the weights clearly.
+    W = rng.normal(0, 1.0 / np.sqrt(d_model), (4, d_model, d_model)) * 1.5
+    inputs = {"X": rng.normal(0, 1, (b, n, d_model)), "W_Q": W[0], "W_K": W[1], "W_V": W[2], "W_O": W[3],
+              "n_heads": h}
+    if masked:
+        rows = np.arange(n)
+        keep = rng.integers(0, n, n)                             # every query sees at least one key ...
+        block = (keep + rng.integers(1, n, n)) % n               # ... and is denied at least one other
+        allowed = rng.random((n, n)) < 0.6
+        allowed[rows, keep] = True
+        allowed[rows, block] = False
+        inputs["mask"] = allowed
+    return inputs
+
+
+def _mha_ref(X, W_Q, W_K, W_V, W_O, n_heads, mask=None):
+    q = split_heads(X @ W_Q, n_heads)                            # (b, h, n, d_head)
+    k = split_heads(X @ W_K, n_heads)
+    v = split_heads(X @ W_V, n_heads)
+    heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+    return merge_heads(heads) @ W_O, weights                     # (b, n, d_model), (b, h, n, n)
+
+
+CASES["multihead.mha"] = Case(lambda rng: _mha_inputs(rng), _mha_ref, ("output", "weights"),
+                              description="batched, several heads, no mask")
+CASES["multihead.mha_masked"] = Case(lambda rng: _mha_inputs(rng, masked=True), _mha_ref, ("output", "weights"),
+                                     description="boolean (n, n) mask shared by batch and heads")

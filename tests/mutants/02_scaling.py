@@ -1,0 +1,85 @@
+"""Plausible wrong implementations that the hidden tests of notebook 02 must catch.
+
+Each entry maps a description to {solution grade_id: replacement source}.
+"""
+
+MUTANTS = {
+    # -- attention_entropy ------------------------------------------------------------
+    "entropy in bits (log2) instead of nats": {"attention_entropy": '''
+def attention_entropy(weights):
+    p = np.asarray(weights, dtype=float)
+    return -np.sum(p * np.log2(np.where(p > 0, p, 1.0)), axis=-1)
+'''},
+    "entropy summed over the wrong axis": {"attention_entropy": '''
+def attention_entropy(weights):
+    p = np.asarray(weights, dtype=float)
+    return -np.sum(p * np.log(np.where(p > 0, p, 1.0)), axis=-2)
+'''},
+    "entropy with log(0) giving nan": {"attention_entropy": '''
+def attention_entropy(weights):
+    p = np.asarray(weights, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.sum(p * np.log(p), axis=-1)
+'''},
+    "entropy with a +1e-12 fudge inside the log": {"attention_entropy": '''
+def attention_entropy(weights):
+    p = np.asarray(weights, dtype=float)
+    return -np.sum(p * np.log(p + 1e-12), axis=-1)
+'''},
+    "entropy with probabilities clipped to 1e-12": {"attention_entropy": '''
+def attention_entropy(weights):
+    p = np.asarray(weights, dtype=float)
+    return -np.sum(p * np.log(np.clip(p, 1e-12, 1.0)), axis=-1)
+'''},
+    "entropy with the wrong sign": {"attention_entropy": '''
+def attention_entropy(weights):
+    p = np.asarray(weights, dtype=float)
+    return np.sum(p * np.log(np.where(p > 0, p, 1.0)), axis=-1)
+'''},
+    "entropy averaged over keys instead of summed": {"attention_entropy": '''
+def attention_entropy(weights):
+    p = np.asarray(weights, dtype=float)
+    return -np.mean(p * np.log(np.where(p > 0, p, 1.0)), axis=-1)
+'''},
+    # -- softmax_jacobian -------------------------------------------------------------
+    "Jacobian -p p^T without the diagonal": {"softmax_jacobian": '''
+def softmax_jacobian(p):
+    p = np.asarray(p, dtype=float)
+    return -p[..., :, None] * p[..., None, :]
+'''},
+    "Jacobian with the wrong sign (p p^T - diag(p))": {"softmax_jacobian": '''
+def softmax_jacobian(p):
+    p = np.asarray(p, dtype=float)
+    n = p.shape[-1]
+    return p[..., :, None] * p[..., None, :] - p[..., :, None] * np.eye(n)
+'''},
+    "Jacobian with the inner product p^T p instead of the outer product": {"softmax_jacobian": '''
+def softmax_jacobian(p):
+    p = np.asarray(p, dtype=float)
+    n = p.shape[-1]
+    inner = p[..., None, :] @ p[..., :, None]          # (..., 1, 1)
+    return p[..., :, None] * np.eye(n) - inner
+'''},
+    "Jacobian p_i (1 - p_j) everywhere (delta forgotten)": {"softmax_jacobian": '''
+def softmax_jacobian(p):
+    p = np.asarray(p, dtype=float)
+    return p[..., :, None] * (1.0 - p[..., None, :])
+'''},
+    "Jacobian of log-softmax (I - 1 p^T)": {"softmax_jacobian": '''
+def softmax_jacobian(p):
+    p = np.asarray(p, dtype=float)
+    n = p.shape[-1]
+    return np.eye(n) - np.ones_like(p)[..., :, None] * p[..., None, :]
+'''},
+    "Jacobian with diag(p) - p^2 on the diagonal only": {"softmax_jacobian": '''
+def softmax_jacobian(p):
+    p = np.asarray(p, dtype=float)
+    n = p.shape[-1]
+    return (p - p * p)[..., :, None] * np.eye(n)
+'''},
+    "Jacobian for a single row only (np.diag / np.outer, not batched)": {"softmax_jacobian": '''
+def softmax_jacobian(p):
+    p = np.asarray(p, dtype=float)
+    return np.diag(p) - np.outer(p, p)
+'''},
+}

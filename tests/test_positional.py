@@ -1,0 +1,146 @@
+"""Sinusoidal positional encoding, its frequencies and the relative-shift rotation."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from transformer_course import frequencies, positional_encoding, relative_shift_matrix
+
+PROPS = settings(max_examples=30, deadline=None, database=None)
+
+
+def test_position_zero_is_sin0_cos0_alternating():
+    np.testing.assert_array_equal(positional_encoding(5, 8)[0], [0, 1, 0, 1, 0, 1, 0, 1])
+
+
+def test_shape_dtype_and_range():
+    pe = positional_encoding(50, 16)
+    assert pe.shape == (50, 16) and pe.dtype == np.float64
+    assert np.abs(pe).max() <= 1.0
+    assert not np.allclose(pe[1], pe[2])
+
+
+def test_first_pair_has_frequency_one():
+    pe = positional_encoding(10, 6)
+    pos = np.arange(10)
+    np.testing.assert_allclose(pe[:, 0], np.sin(pos), rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(pe[:, 1], np.cos(pos), rtol=1e-14, atol=1e-15)
+
+
+def test_entries_follow_the_paper_formula():
+    d = 10
+    pe = positional_encoding(7, d)
+    for pos in (0, 3, 6):
+        for i in range(d // 2):
+            angle = pos / 10000 ** (2 * i / d)
+            assert pe[pos, 2 * i] == pytest.approx(math.sin(angle), abs=1e-14)
+            assert pe[pos, 2 * i + 1] == pytest.approx(math.cos(angle), abs=1e-14)
+
+
+def test_odd_width_drops_the_last_cosine():
+    pe7 = positional_encoding(9, 7)
+    assert pe7.shape == (9, 7)
+    assert np.isfinite(pe7).all()
+    # Column 6 is a sine with the frequency of pair 3 of d=7.
+    np.testing.assert_allclose(pe7[:, 6], np.sin(np.arange(9) * 10000 ** (-6 / 7)), rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(pe7[:, :6], np.stack(
+        [f(np.arange(9)[:, None] * frequencies(7)[None, :3]) for f in (np.sin, np.cos)], axis=-1
+    ).reshape(9, 6), rtol=1e-14, atol=1e-15)
+
+
+def test_frequencies_known_values():
+    w = frequencies(8)
+    np.testing.assert_allclose(w, [1.0, 10000 ** -0.25, 10000 ** -0.5, 10000 ** -0.75], rtol=1e-14)
+    assert frequencies(7).shape == (4,)
+    assert frequencies(1).tolist() == [1.0]
+    w512 = frequencies(512)
+    assert w512.shape == (256,)
+    assert (np.diff(w512) < 0).all()
+    assert 1e-4 < w512[-1] < 1.1e-4
+
+
+def test_every_pair_lies_on_the_unit_circle():
+    pe = positional_encoding(20, 12)
+    np.testing.assert_allclose(pe[:, 0::2] ** 2 + pe[:, 1::2] ** 2, 1.0, rtol=1e-14)
+    np.testing.assert_allclose(np.linalg.norm(pe, axis=1), np.sqrt(6), rtol=1e-14)
+
+
+def test_relative_shift_matrix_rotates_pe_rows():
+    pe = positional_encoding(40, 16)
+    for k in (1, 3, 10):
+        M = relative_shift_matrix(k, 16)
+        np.testing.assert_allclose(pe[:-k] @ M, pe[k:], atol=1e-12)
+
+
+def test_relative_shift_matrix_structure():
+    np.testing.assert_allclose(relative_shift_matrix(0, 8), np.eye(8), atol=1e-15)
+    M = relative_shift_matrix(5, 8)
+    np.testing.assert_allclose(M @ M.T, np.eye(8), atol=1e-14)          # a rotation: orthogonal
+    assert np.linalg.det(M) == pytest.approx(1.0)
+    # Block diagonal: nothing outside the 2x2 blocks.
+    blocks = np.kron(np.eye(4), np.ones((2, 2))).astype(bool)
+    assert (M[~blocks] == 0).all()
+    # First block rotates by exactly k * 1 radian.
+    np.testing.assert_allclose(M[:2, :2], [[math.cos(5), -math.sin(5)], [math.sin(5), math.cos(5)]], rtol=1e-14)
+
+
+@PROPS
+@given(a=st.integers(-30, 30), b=st.integers(-30, 30), half_d=st.integers(1, 8))
+def test_shifts_compose_and_invert(a, b, half_d):
+    d = 2 * half_d
+    Ma, Mb = relative_shift_matrix(a, d), relative_shift_matrix(b, d)
+    np.testing.assert_allclose(Ma @ Mb, relative_shift_matrix(a + b, d), atol=1e-12)
+    np.testing.assert_allclose(relative_shift_matrix(-a, d), Ma.T, atol=1e-14)
+
+
+@PROPS
+@given(pos=st.integers(0, 60), k=st.integers(-20, 20), half_d=st.integers(1, 10))
+def test_shift_holds_for_every_position_including_negative_offsets(pos, k, half_d):
+    d = 2 * half_d
+    pe = positional_encoding(100, d)
+    assume(0 <= pos + k < 100)
+    np.testing.assert_allclose(pe[pos] @ relative_shift_matrix(k, d), pe[pos + k], atol=1e-12)
+
+
+@PROPS
+@given(p=st.integers(0, 40), q=st.integers(0, 40), k=st.integers(0, 20))
+def test_dot_product_depends_only_on_the_offset(p, q, k):
+    pe = positional_encoding(64, 16)
+    assert pe[p] @ pe[p + k] == pytest.approx(pe[q] @ pe[q + k], abs=1e-12)
+
+
+def test_numpy_integer_offset_is_accepted():
+    np.testing.assert_array_equal(relative_shift_matrix(np.int64(3), 4), relative_shift_matrix(3, 4))
+
+
+# -- bad inputs ----------------------------------------------------------------------
+@pytest.mark.parametrize(("args", "exc", "match"), [
+    ((0, 8), ValueError, r"n_positions must be a positive integer, got 0"),
+    ((5.0, 8), TypeError, r"n_positions must be a positive integer, got float 5.0"),
+    ((5, -2), ValueError, r"d_model must be a positive integer, got -2"),
+    ((5, "8"), TypeError, r"d_model must be a positive integer, got str '8'"),
+    ((None, 8), TypeError, r"n_positions must be a positive integer, got NoneType None"),
+])
+def test_positional_encoding_bad_sizes(args, exc, match):
+    with pytest.raises(exc, match=match):
+        positional_encoding(*args)
+
+
+@pytest.mark.parametrize(("d", "exc"), [(0, ValueError), (2.5, TypeError), (True, TypeError)])
+def test_frequencies_bad_d_model(d, exc):
+    with pytest.raises(exc, match=r"d_model must be a positive integer, got"):
+        frequencies(d)
+
+
+def test_relative_shift_matrix_needs_even_width():
+    with pytest.raises(ValueError, match=r"d_model must be even for the pairwise rotation, got 7"):
+        relative_shift_matrix(1, 7)
+
+
+@pytest.mark.parametrize(("k", "kind"), [(1.0, "float"), ("1", "str"), (True, "bool"), (None, "NoneType")])
+def test_relative_shift_matrix_needs_integer_offset(k, kind):
+    with pytest.raises(TypeError, match=rf"k must be an integer offset, got {kind}"):
+        relative_shift_matrix(k, 8)
