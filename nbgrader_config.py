@@ -26,3 +26,12 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # Execution limits used by validate and autograde.
 c.Execute.timeout = 60
 c.Execute.record_timing = False
+
+# The course grades with its own sandboxed grader (grader/, `make grade`), which never runs
+# student code in an nbgrader kernel. Should anyone run `nbgrader autograde` directly, these
+# are the settings trying it showed to be needed:
+c.OverwriteCells.add_missing_cells = True          # deleted / metadata-stripped test cells come back
+c.IgnorePattern.enabled = True                     # a warning on stderr must not zero a test cell
+c.IgnorePattern.pattern = r".*(Warning|warn)\b.*"
+c.CourseDirectory.max_file_size = 10_000           # kB per file copied into a submission
+c.CourseDirectory.max_dir_size = 100_000           # kB per submission folder

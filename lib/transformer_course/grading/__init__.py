@@ -18,6 +18,7 @@ kernel can compare them itself (the autograder does; see ``grader/``).
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import secrets
@@ -48,7 +49,8 @@ def grading_seed() -> int:
 def case_rng(case_id: str, seed: int | None = None) -> np.random.Generator:
     """A generator that depends on the grading seed and the case id only."""
     seed = grading_seed() if seed is None else seed
-    return np.random.default_rng([seed, zlib.crc32(case_id.encode())])
+    # SeedSequence wants non-negative entries: fold any integer (e.g. -1) into 64 bits.
+    return np.random.default_rng([int(seed) % 2**64, zlib.crc32(case_id.encode())])
 
 
 @dataclass(frozen=True)
@@ -71,9 +73,16 @@ class HiddenCase:
     inputs: dict
     seed: int
     spec: Case = field(repr=False)
+    # A private copy of the inputs: a student function that changes its arguments in
+    # place (x -= mean) must not change what the reference is computed from.
+    pristine: dict = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.pristine is None:
+            self.pristine = copy.deepcopy(self.inputs)
 
     def expected(self) -> tuple:
-        out = self.spec.reference(**self.inputs)
+        out = self.spec.reference(**copy.deepcopy(self.pristine))
         return out if isinstance(out, tuple) else (out,)
 
     def check(self, result) -> None:
@@ -103,11 +112,17 @@ def _export(folder: str, case_id: str, outputs: dict) -> None:
     np.savez(os.path.join(folder, safe + ".npz"), **arrays)
 
 
-def hidden_case(case_id: str) -> HiddenCase:
-    """Draw the inputs of a registered case from the grading seed."""
+def hidden_case(case_id: str, seed: int | None = None) -> HiddenCase:
+    """Draw the inputs of a registered case from the grading seed (or from ``seed`` when given).
+
+    The autograder (grader/) calls this OUTSIDE the sandbox with its own secret seed,
+    writes the inputs for the sandboxed run and compares what the run exported with
+    ``expected()`` itself; inside the sandbox this module is replaced by an export-only
+    version that has no references (grader/sandbox_grading.py).
+    """
     if case_id not in CASES:
         raise KeyError(f"unknown hidden case {case_id!r}; known: {sorted(CASES)}")
-    seed = grading_seed()
+    seed = grading_seed() if seed is None else int(seed)
     spec = CASES[case_id]
     return HiddenCase(case_id, spec.make_inputs(case_rng(case_id, seed)), seed, spec)
 

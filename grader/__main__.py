@@ -1,0 +1,218 @@
+"""Command line: python -m grader <command> (run from the course root; see grader/README.md).
+
+    grade      autograde submitted/ into grades/ (sandboxed; progress bar; table; feedback)
+    demo       grade the demo class of tests/fixtures/demo_class (every attack, with its outcome)
+    table      rebuild grades.csv, cells.csv and the feedback pages (after hand grading)
+    manual     record a hand grade for a written answer
+    students   import a class list (students without a submission get a row)
+    collect    copy an LMS download folder into submitted/
+    formgrader push the results into nbgrader's gradebook (formgrader shows them)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from . import collect as collect_mod
+from . import grading, report
+from .sandbox import Limits
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _limits(args) -> Limits:
+    limits = Limits()
+    if args.cell_timeout is not None:
+        limits.cell_timeout = args.cell_timeout
+    if args.notebook_timeout is not None:
+        limits.notebook_timeout = args.notebook_timeout
+        limits.cpu_seconds = int(args.notebook_timeout)
+    if args.memory_mb is not None:
+        limits.memory_bytes = int(args.memory_mb) << 20
+    return limits
+
+
+def cmd_grade(args) -> int:
+    course = grading.Course.at(args.course)
+    grades = Path(args.grades)
+    roster = [r["id"] for r in report.load_roster(grades)]
+    if args.classlist:
+        report.import_roster(grades, Path(args.classlist))
+        roster = [r["id"] for r in report.load_roster(grades)]
+    if args.manual:                        # hand grades to start from (the demo class ships some)
+        entries = report.load_manual(Path(args.manual).parent) if Path(args.manual).name == "manual.csv" else {}
+        entries.update(report.load_manual(grades))
+        report.save_manual(grades, entries)
+    summary = grading.grade_class(course=course, submitted=Path(args.submitted), grades=grades,
+                                  assignments=args.assignment or None, students=args.student or None,
+                                  roster=roster, workers=args.workers, limits=_limits(args),
+                                  progress=not args.quiet)
+    rows = report.write_table(grades)
+    if not args.quiet:
+        report.print_table(rows, sys.stdout)
+    print(f"graded {summary['submissions_run']} notebook submissions ({summary['rows']} rows) in "
+          f"{summary['seconds']:.1f} s: {summary['seconds_per_submission']:.2f} s per submission with "
+          f"{summary['workers']} workers; seed {summary['seed']} ({summary['seed_source']})")
+    print(f"table: {grades / 'grades.csv'}   feedback: {grades / 'feedback'}/<student>/<notebook>.html")
+    return 0
+
+
+DEMO = ROOT / "tests" / "fixtures" / "demo_class"
+
+
+def cmd_demo(args) -> int:
+    """Grade the demo class (tests/fixtures/demo_class) into a fresh folder and print the table."""
+    import shutil
+
+    out = Path(args.out).resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    shutil.copytree(DEMO / "submitted", out / "submitted")
+    grades = out / "grades"
+    report.import_roster(grades, DEMO / "classlist.csv")
+    report.save_manual(grades, report.load_manual(DEMO))
+    limits = Limits(cell_timeout=args.cell_timeout, notebook_timeout=60, cpu_seconds=60)
+    summary = grading.grade_class(course=grading.Course.at(args.course), submitted=out / "submitted",
+                                  grades=grades, roster=[r["id"] for r in report.load_roster(grades)],
+                                  workers=args.workers, limits=limits, progress=not args.quiet)
+    rows = report.write_table(grades)
+    report.print_table(rows, sys.stdout)
+    print(f"demo class: {summary['submissions_run']} notebook submissions run ({summary['rows']} rows) in "
+          f"{summary['seconds']:.1f} s, {summary['seconds_per_submission']:.2f} s per submission with "
+          f"{summary['workers']} workers")
+    print(f"table: {grades / 'grades.csv'}   feedback: {grades / 'feedback'}/<student>/01_attention.html")
+    return 0
+
+
+def cmd_table(args) -> int:
+    rows = report.write_table(Path(args.grades))
+    report.print_table(rows, sys.stdout)
+    return 0
+
+
+def cmd_manual(args) -> int:
+    grades = Path(args.grades)
+    record_path = grades / "results" / args.student / f"{args.notebook}.json"
+    if not record_path.exists():
+        raise SystemExit(f"no result for {args.student} / {args.notebook} in {grades}: run `make grade` first")
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    written = {w["grade_id"]: w for w in record["written"]}
+    if args.cell not in written:
+        raise SystemExit(f"{args.notebook} has no written answer '{args.cell}'; "
+                         f"written answers: {', '.join(written) or 'none'}")
+    maximum = float(written[args.cell]["max_points"])
+    if not 0 <= args.points <= maximum:
+        raise SystemExit(f"points must be between 0 and {maximum:g}")
+    entries = report.load_manual(grades)
+    entries[(args.student, args.notebook, args.cell)] = {
+        "student": args.student, "notebook": args.notebook, "cell": args.cell, "points": f"{args.points:g}",
+        "comment": args.comment or "", "graded_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    report.save_manual(grades, entries)
+    rows = report.write_table(grades)
+    row = next(r for r in rows if r["student"] == args.student and r["notebook"] == args.notebook)
+    print(f"{args.student} {args.notebook}: {row['points']} / {row['max_points']}, {row['status']}")
+    return 0
+
+
+def cmd_students(args) -> int:
+    added, total = report.import_roster(Path(args.grades), Path(args.classlist))
+    print(f"class list: {added} new students, {total} in {Path(args.grades) / 'students.csv'}")
+    return 0
+
+
+def cmd_collect(args) -> int:
+    course = grading.Course.at(args.course)
+    matches, skipped = collect_mod.collect(Path(args.lms_dir), Path(args.submitted), course.assignments(),
+                                           args.pattern, dry_run=args.dry_run)
+    for m in matches:
+        print(f"{'would copy' if args.dry_run else 'copied'}  {m.path.name}"
+              f"{' [' + m.member + ']' if m.member else ''}  ->  {m.student}/{m.assignment}/{m.notebook}.ipynb")
+    for s in skipped:
+        print(f"skipped  {s}  (name does not match <student>_<assignment>.ipynb)")
+    print(f"{len(matches)} submissions, {len(skipped)} files skipped")
+    return 0
+
+
+def cmd_formgrader(args) -> int:
+    from . import formgrader
+
+    n = formgrader.push(course=grading.Course.at(args.course), grades=Path(args.grades),
+                        db_url=args.db_url, course_id=args.course_id,
+                        autograded=Path(args.autograded) if args.autograded else None)
+    print(f"{n} submissions written to the gradebook; open formgrader to grade written answers, then "
+          f"`python -m grader table` picks the hand grades up")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--course", default=str(ROOT), help="course root (default: this repository)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("grade", help="autograde every submission")
+    g.add_argument("--submitted", default="submitted")
+    g.add_argument("--grades", default="grades")
+    g.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
+    g.add_argument("--student", action="append", help="only this student (repeatable)")
+    g.add_argument("--classlist", help="import this class list first")
+    g.add_argument("--manual", help="a manual.csv of hand grades to merge in first")
+    g.add_argument("--workers", type=int, default=2)
+    g.add_argument("--cell-timeout", type=float, default=None, help="seconds per cell (default 30)")
+    g.add_argument("--notebook-timeout", type=float, default=None, help="seconds per notebook (default 600)")
+    g.add_argument("--memory-mb", type=int, default=None, help="address-space limit (default 2048)")
+    g.add_argument("--quiet", action="store_true")
+    g.set_defaults(func=cmd_grade)
+
+    d = sub.add_parser("demo", help="grade the demo class shipped in tests/fixtures/demo_class")
+    d.add_argument("--out", default=str(ROOT / ".artifacts" / "grade-demo"))
+    d.add_argument("--workers", type=int, default=2)
+    d.add_argument("--cell-timeout", type=float, default=5.0)
+    d.add_argument("--quiet", action="store_true")
+    d.set_defaults(func=cmd_demo)
+
+    t = sub.add_parser("table", help="rebuild the grade table and feedback from stored results")
+    t.add_argument("--grades", default="grades")
+    t.set_defaults(func=cmd_table)
+
+    m = sub.add_parser("manual", help="record a hand grade for a written answer")
+    m.add_argument("--grades", default="grades")
+    m.add_argument("--student", required=True)
+    m.add_argument("--notebook", required=True)
+    m.add_argument("--cell", required=True, help="the written answer's grade id, e.g. written_values")
+    m.add_argument("--points", type=float, required=True)
+    m.add_argument("--comment", default="")
+    m.set_defaults(func=cmd_manual)
+
+    s = sub.add_parser("students", help="class list")
+    s_sub = s.add_subparsers(dest="action", required=True)
+    si = s_sub.add_parser("import", help="import a CSV with columns id, first_name, last_name, email")
+    si.add_argument("classlist")
+    si.add_argument("--grades", default="grades")
+    si.set_defaults(func=cmd_students)
+
+    c = sub.add_parser("collect", help="LMS download folder -> submitted/")
+    c.add_argument("lms_dir")
+    c.add_argument("--submitted", default="submitted")
+    c.add_argument("--pattern", help="regex with named groups student, assignment (and notebook)")
+    c.add_argument("--dry-run", action="store_true")
+    c.set_defaults(func=cmd_collect)
+
+    f = sub.add_parser("formgrader", help="write results into nbgrader's gradebook for formgrader")
+    f.add_argument("--grades", default="grades")
+    f.add_argument("--db-url", default=None, help="default: the course's nbgrader_config.py gradebook")
+    f.add_argument("--course-id", default=None, help="default: nbgrader_config.py's course_id")
+    f.add_argument("--autograded", default=None, help="default: <course>/autograded")
+    f.set_defaults(func=cmd_formgrader)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Hidden-test cases of notebook 06 (failures: online-softmax attention, mask leak)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..attention import scaled_dot_product_attention
+from ..softmax import softmax
+from . import CASES, Case
+
+
+# ---------------------------------------------------------------------------
+# online_softmax_attention(Q, K, V, block_size): tiled over key blocks.
+# n_k is never a multiple of block_size (a dropped or mishandled last block
+# shows); there are several blocks (a running max that is not rescaled shows);
+# d_k > 1 and d_k != d_v, n_q != n_k (a missing or wrong 1/sqrt(d_k) shows).
+# ---------------------------------------------------------------------------
+def _block_and_length(rng, min_blocks, max_blocks):
+    block = int(rng.integers(3, 9))
+    n_k = block * int(rng.integers(min_blocks, max_blocks + 1)) + int(rng.integers(1, block))
+    return block, n_k
+
+
+def _widths(rng):
+    d_k, d_v = rng.choice(np.arange(5, 17), size=2, replace=False)
+    return int(d_k), int(d_v)
+
+
+def _online_inputs(rng):
+    block, n_k = _block_and_length(rng, 2, 5)
+    n_q = int(rng.choice([m for m in range(3, 11) if m != n_k]))
+    d_k, d_v = _widths(rng)
+    lead = (int(rng.integers(2, 4)), int(rng.integers(2, 4)))          # (batch, heads)
+    return {
+        "Q": rng.normal(0, 1.5, lead + (n_q, d_k)),
+        "K": rng.normal(0, 1.5, lead + (n_k, d_k)),
+        "V": rng.normal(0, 1, lead + (n_k, d_v)),
+        "block_size": block,
+    }
+
+
+def _online_2d_inputs(rng):
+    # Unbatched; exactly two blocks, the second one partial.
+    block, n_k = _block_and_length(rng, 1, 1)
+    n_q = int(rng.choice([m for m in range(2, 9) if m != n_k]))
+    d_k, d_v = _widths(rng)
+    return {
+        "Q": rng.normal(0, 2, (n_q, d_k)),
+        "K": rng.normal(0, 2, (n_k, d_k)),
+        "V": rng.normal(0, 1, (n_k, d_v)),
+        "block_size": block,
+    }
+
+
+def _online_large_inputs(rng):
+    # Scores of about a thousand (exp overflows without a running max), spread over ~10,
+    # and keys whose scores grow along the sequence so the max moves from block to block.
+    block, n_k = _block_and_length(rng, 3, 5)
+    n_q = int(rng.choice([m for m in range(3, 9) if m != n_k]))
+    d_k, d_v = _widths(rng)
+    b = int(rng.integers(2, 4))
+    Q = rng.normal(0, 1, (b, n_q, d_k))
+    K = rng.normal(0, 1, (b, n_k, d_k))
+    Q[..., 0] = 60 + rng.normal(0, 1, (b, n_q))                    # scores about 3600 / sqrt(d_k) > 709
+    K[..., 0] = 60 + np.linspace(0, 0.5, n_k) + rng.normal(0, 0.05, (b, n_k))
+    return {"Q": Q, "K": K, "V": rng.normal(0, 1, (b, n_k, d_v)), "block_size": block}
+
+
+def _online_ref(Q, K, V, block_size):
+    return scaled_dot_product_attention(Q, K, V)[0]
+
+
+CASES["failures.online_attention"] = Case(
+    _online_inputs, _online_ref, ("output",),
+    description="(batch, heads, n, d), several key blocks, n_k not a multiple of block_size")
+CASES["failures.online_attention_2d"] = Case(
+    _online_2d_inputs, _online_ref, ("output",),
+    description="unbatched, one full block and one partial block")
+CASES["failures.online_attention_large"] = Case(
+    _online_large_inputs, _online_ref, ("output",),
+    description="scores of about a thousand, growing along the sequence (the max moves every block)")
+
+
+# ---------------------------------------------------------------------------
+# leaked_weight(scores, allowed, mask_value): softmax weight on blocked keys
+# when they are penalised additively by mask_value.
+# ---------------------------------------------------------------------------
+def _leak_inputs(rng, mask_value=None):
+    b = int(rng.integers(2, 4))
+    n_q, n_k = (int(v) for v in rng.choice(np.arange(3, 9), size=2, replace=False))
+    scores = rng.normal(0, 2, (b, n_q, n_k))
+    allowed = rng.random((b, n_q, n_k)) < 0.5
+    cols = rng.permuted(np.tile(np.arange(n_k), (b * n_q, 1)), axis=1)[:, :2].reshape(b, n_q, 2)
+    np.put_along_axis(allowed, cols[..., :1], True, axis=-1)     # every query: an allowed key
+    np.put_along_axis(allowed, cols[..., 1:], False, axis=-1)    # ... and a blocked one
+    if mask_value is None:
+        mask_value = -float(rng.uniform(1.0, 8.0))               # weak: the leak is visible
+    return {"scores": scores, "allowed": allowed, "mask_value": mask_value}
+
+
+def _leak_ref(scores, allowed, mask_value):
+    weights = softmax(np.where(allowed, scores, scores + mask_value), axis=-1)
+    return np.where(allowed, 0.0, weights).sum(axis=-1)
+
+
+CASES["failures.leaked_weight"] = Case(
+    _leak_inputs, _leak_ref, ("leak",),
+    description="batched scores, random allowed keys, a finite penalty between -8 and -1")
+CASES["failures.leaked_weight_inf"] = Case(
+    lambda rng: _leak_inputs(rng, -np.inf), _leak_ref, ("leak",),
+    description="mask_value = -inf: exactly zero leak, no nan")

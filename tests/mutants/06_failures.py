@@ -1,0 +1,97 @@
+"""Plausible wrong implementations that the hidden tests of notebook 06 must catch.
+
+Each entry maps a description to {solution grade_id: replacement source}.
+"""
+
+_ONLINE = '''
+def online_softmax_attention(Q, K, V, block_size):
+    Q, K, V = (np.asarray(a, dtype=float) for a in (Q, K, V))
+    n_k = K.shape[-2]
+    scale = {scale}
+    row_max = np.full(Q.shape[:-1] + (1,), -np.inf)
+    row_sum = np.zeros(Q.shape[:-1] + (1,))
+    acc = np.zeros(Q.shape[:-1] + (V.shape[-1],))
+    for start in {starts}:
+        K_blk = K[..., start:start + block_size, :]
+        V_blk = V[..., start:start + block_size, :]
+        s = (Q @ np.swapaxes(K_blk, -1, -2)) * scale
+        new_max = np.maximum(row_max, s.max(axis=-1, keepdims=True))
+        rescale = np.exp(row_max - new_max)
+        p = np.exp(s - new_max)
+        row_sum = {row_sum}
+        acc = {acc}
+        row_max = new_max
+    return {result}
+'''
+_DEFAULT = dict(scale="1.0 / np.sqrt(Q.shape[-1])", starts="range(0, n_k, block_size)",
+                row_sum="row_sum * rescale + p.sum(axis=-1, keepdims=True)",
+                acc="acc * rescale + p @ V_blk", result="acc / row_sum")
+
+
+def _online(**changes):
+    return {"online_attention": _ONLINE.format(**{**_DEFAULT, **changes})}
+
+
+_LEAK = '''
+def leaked_weight(scores, allowed, mask_value):
+{body}
+'''
+
+
+def _leak(body):
+    return {"leaked_weight": _LEAK.format(body=body)}
+
+
+MUTANTS = {
+    "online: accumulator not rescaled when the max changes": _online(acc="acc + p @ V_blk"),
+    "online: running sum not rescaled when the max changes": _online(
+        row_sum="row_sum + p.sum(axis=-1, keepdims=True)"),
+    "online: neither sum nor accumulator rescaled": _online(
+        row_sum="row_sum + p.sum(axis=-1, keepdims=True)", acc="acc + p @ V_blk"),
+    "online: no division by the final sum": _online(result="acc"),
+    "online: last partial block dropped": _online(starts="range(0, n_k - block_size + 1, block_size)"),
+    "online: n_k // block_size blocks (partial block dropped)": _online(
+        starts="[i * block_size for i in range(n_k // block_size)]"),
+    "online: missing 1/sqrt(d_k)": _online(scale="1.0"),
+    "online: scaled by 1/d_k": _online(scale="1.0 / Q.shape[-1]"),
+    "online: divided by the sum of the last block only": _online(
+        result="acc / p.sum(axis=-1, keepdims=True)"),
+    "online: no running max (raw exp, overflows)": {"online_attention": '''
+def online_softmax_attention(Q, K, V, block_size):
+    n_k = K.shape[-2]
+    total = np.zeros(Q.shape[:-1] + (1,))
+    acc = np.zeros(Q.shape[:-1] + (V.shape[-1],))
+    for start in range(0, n_k, block_size):
+        p = np.exp(Q @ np.swapaxes(K[..., start:start + block_size, :], -1, -2) / np.sqrt(Q.shape[-1]))
+        total = total + p.sum(axis=-1, keepdims=True)
+        acc = acc + p @ V[..., start:start + block_size, :]
+    return acc / total
+'''},
+    "online: each block softmaxed separately, blocks averaged": {"online_attention": '''
+def online_softmax_attention(Q, K, V, block_size):
+    n_k = K.shape[-2]
+    outs = []
+    for start in range(0, n_k, block_size):
+        s = Q @ np.swapaxes(K[..., start:start + block_size, :], -1, -2) / np.sqrt(Q.shape[-1])
+        outs.append(softmax(s, axis=-1) @ V[..., start:start + block_size, :])
+    return sum(outs) / len(outs)
+'''},
+    "leak: mask applied after the softmax": _leak('''
+    weights = softmax(scores, axis=-1) * allowed
+    return np.where(allowed, 0.0, weights).sum(axis=-1)'''),
+    "leak: blocked scores replaced by mask_value (masked_fill) instead of penalised": _leak('''
+    weights = softmax(np.where(allowed, scores, mask_value), axis=-1)
+    return np.where(allowed, 0.0, weights).sum(axis=-1)'''),
+    "leak: penalty added to the allowed keys": _leak('''
+    weights = softmax(np.where(allowed, scores + mask_value, scores), axis=-1)
+    return np.where(allowed, 0.0, weights).sum(axis=-1)'''),
+    "leak: odds instead of probability (blocked / allowed mass)": _leak('''
+    e = np.exp(np.where(allowed, scores, scores + mask_value))
+    return np.where(allowed, 0.0, e).sum(axis=-1) / np.where(allowed, e, 0.0).sum(axis=-1)'''),
+    "leak: summed over the query axis": _leak('''
+    weights = softmax(np.where(allowed, scores, scores + mask_value), axis=-1)
+    return np.where(allowed, 0.0, weights).sum(axis=-2)'''),
+    "leak: penalty multiplied by the blocked indicator (0 * -inf = nan)": _leak('''
+    weights = softmax(scores + (~allowed) * mask_value, axis=-1)
+    return (weights * ~allowed).sum(axis=-1)'''),
+}

@@ -1,0 +1,493 @@
+"""The grader's parts, one at a time, without a sandbox (fast; any user).
+
+The end-to-end check -- the demo class graded in the real sandbox -- is
+tests/test_grader_demo.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import os
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grader import collect, compare, grading, notebooks, package, report  # noqa: E402
+from grader.sandbox import Limits, _Reader  # noqa: E402
+
+NAME = "01_attention"
+
+
+@pytest.fixture(scope="module")
+def assignment():
+    from transformer_course.grading import CASES
+
+    return notebooks.load_assignment(ROOT / "notebooks", NAME, CASES, ROOT / "exercises")
+
+
+@pytest.fixture(scope="module")
+def released():
+    return notebooks.read_submission(ROOT / "exercises" / NAME / f"{NAME}.ipynb", 1 << 30)
+
+
+# --------------------------------------------------------------------------- the source
+def test_source_tests_points_and_cases(assignment):
+    tests = {t.grade_id: t for t in assignment.tests}
+    assert set(tests) == {"test_softmax", "test_sdpa"}
+    assert tests["test_softmax"].points == 2 and tests["test_sdpa"].points == 3
+    assert tests["test_softmax"].case_ids == ["attention.softmax", "attention.softmax_masked"]
+    assert len(tests["test_sdpa"].case_ids) == 3
+    assert "BEGIN HIDDEN" not in tests["test_sdpa"].visible and "hidden_case" not in tests["test_sdpa"].visible
+    assert [w.grade_id for w in assignment.written] == ["written_values"]
+    assert assignment.max_points == 7
+    assert assignment.solution_names == {"softmax": ["softmax"], "sdpa": ["scaled_dot_product_attention"]}
+
+
+# --------------------------------------------------------------------------- rebuilding a submission
+def _by_id(cells):
+    return {c.grade_id: c for c in cells if c.grade_id}
+
+
+def _instructor_tests(cells):
+    return [c.grade_id for c in cells if c.kind == "test" and c.owner == "instructor"]
+
+
+def test_rebuild_untouched_release_keeps_order(assignment, released):
+    cells, notes = notebooks.rebuild(assignment, released)
+    assert notes == []
+    assert _instructor_tests(cells) == ["test_softmax", "test_sdpa"]
+    ids = [c.grade_id for c in cells if c.grade_id]
+    assert ids == ["softmax", "test_softmax", "sdpa", "test_sdpa", "written_values"]
+    test = _by_id(cells)["test_sdpa"]
+    assert test.chunks[0]["hidden"] is False and test.chunks[1]["hidden"] is True
+    assert "hidden_case" in test.chunks[1]["code"] and "hidden_case" not in test.source
+    assert all(c.owner == "course" for c in cells if c.kind == "plain" and c.source.strip())
+
+
+@pytest.mark.parametrize("change", ["edit", "comment", "delete", "strip", "retype"])
+def test_rebuild_restores_every_test_cell(assignment, released, change):
+    cells = copy.deepcopy(released)
+    out = []
+    for cell in cells:
+        if cell["nbgrader"].get("grade_id", "").startswith("test_"):
+            if change == "edit":
+                cell["source"] = "print('all good')"
+            elif change == "comment":
+                cell["source"] = "\n".join("# " + line for line in cell["source"].splitlines())
+            elif change == "delete":
+                continue
+            elif change == "strip":
+                cell["nbgrader"] = {}
+                cell["source"] = "pass"
+            elif change == "retype":
+                cell["cell_type"] = "markdown"
+        out.append(cell)
+    rebuilt, notes = notebooks.rebuild(assignment, out)
+    assert _instructor_tests(rebuilt) == ["test_softmax", "test_sdpa"]
+    order = [c.grade_id for c in rebuilt if c.grade_id]
+    assert order.index("softmax") < order.index("test_softmax") < order.index("sdpa") < order.index("test_sdpa")
+    for t in assignment.tests:
+        cell = _by_id(rebuilt)[t.grade_id]
+        assert cell.cell_type == "code" and cell.chunks[0]["code"] == t.visible and cell.chunks[1]["code"] == t.hidden
+    assert len(notes) == 2
+
+
+def test_rebuild_matches_solutions_without_metadata(assignment, released):
+    stripped = copy.deepcopy(released)
+    for cell in stripped:
+        cell["nbgrader"] = {}
+    cells, notes = notebooks.rebuild(assignment, stripped)
+    ids = [c.grade_id for c in cells if c.grade_id]
+    assert ids == ["softmax", "test_softmax", "sdpa", "test_sdpa"]       # the written answer is lost
+    assert any("matched by the functions it defines" in n for n in notes)
+
+
+def test_rebuild_duplicate_test_cells_run_once_as_the_instructors(assignment, released):
+    cells = copy.deepcopy(released)
+    dup = copy.deepcopy(next(c for c in cells if c["nbgrader"].get("grade_id") == "test_softmax"))
+    dup["source"] = "print('copy')"
+    cells.insert(3, dup)
+    rebuilt, _ = notebooks.rebuild(assignment, cells)
+    assert _instructor_tests(rebuilt) == ["test_softmax", "test_sdpa"]
+    assert any(c.source == "print('copy')" and c.owner == "student" and c.grade_id is None for c in rebuilt)
+
+
+def test_read_submission_refuses_bad_files(tmp_path):
+    bad = {
+        "truncated.ipynb": '{"cells": [',
+        "list.ipynb": "[1, 2]",
+        "v3.ipynb": json.dumps({"worksheets": []}),
+        "deep.ipynb": "[" * 100_000 + "]" * 100_000,
+        "binary.ipynb": b"\xff\xfe\x00",
+        "badcell.ipynb": json.dumps({"cells": [{"cell_type": "widget", "source": ""}]}),
+    }
+    for name, text in bad.items():
+        path = tmp_path / name
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        with pytest.raises(notebooks.InvalidNotebook):
+            notebooks.read_submission(path, 1 << 20)
+    big = tmp_path / "big.ipynb"
+    big.write_text(json.dumps({"cells": [], "pad": "x" * 2000}))
+    with pytest.raises(notebooks.InvalidNotebook, match="MB"):
+        notebooks.read_submission(big, 1000)
+
+
+# --------------------------------------------------------------------------- the trusted comparison
+def test_prepare_and_compare_roundtrip(tmp_path, assignment):
+    prepared = compare.prepare_cases(assignment.case_ids, 1234, tmp_path / "inputs")
+    manifest = json.loads((tmp_path / "inputs" / "manifest.json").read_text())
+    assert set(manifest) == set(assignment.case_ids)
+    # The sandbox side reads the same inputs back and exports; exact references pass.
+    files = {}
+    for case_id in assignment.case_ids:
+        buf = io.BytesIO()
+        np.savez(buf, **dict(zip(prepared.output_names[case_id], prepared.expected[case_id])))
+        files[case_id + ".npz"] = buf.getvalue()
+    assert all(compare.compare_case(c, prepared, files).passed for c in assignment.case_ids)
+    # Same seed, same inputs; another seed, other inputs.
+    again = compare.prepare_cases(["attention.sdpa"], 1234, tmp_path / "again")
+    other = compare.prepare_cases(["attention.sdpa"], 4321, tmp_path / "other")
+    ref = prepared.expected["attention.sdpa"][1]
+    assert np.array_equal(again.expected["attention.sdpa"][1], ref)
+    assert other.expected["attention.sdpa"][1].shape != ref.shape or not np.allclose(
+        other.expected["attention.sdpa"][1], ref)
+
+
+def test_derive_seed_differs_per_student():
+    assert compare.derive_seed(1, "alice", NAME) == compare.derive_seed(1, "alice", NAME)
+    assert compare.derive_seed(1, "alice", NAME) != compare.derive_seed(1, "bob", NAME)
+    assert compare.derive_seed(1, "alice", NAME) != compare.derive_seed(2, "alice", NAME)
+
+
+@pytest.mark.parametrize("got,reason", [
+    (np.array([[0.5, 0.5]], dtype=object), "float or integer"),
+    (np.array([0.5, 0.5]), "shape"),
+    (np.array([[np.nan, 0.5]]), "NaN"),
+    (np.array([[0.5, 0.6]]), "relative error"),
+    (np.array([[np.inf, 0.5]]), "infinite"),
+    (np.array([[True, False]]), "float or integer"),
+])
+def test_compare_array_rejects(got, reason):
+    assert reason in compare.compare_array("w", got, np.array([[0.5, 0.5]]), 1e-6)
+
+
+def test_compare_array_accepts_float32_and_matching_infinities():
+    assert compare.compare_array("w", np.array([0.5, 0.25], dtype=np.float32), np.array([0.5, 0.25]), 1e-6) == ""
+    assert compare.compare_array("w", np.array([-np.inf, 1.0]), np.array([-np.inf, 1.0]), 1e-6) == ""
+    assert compare.compare_array("w", np.array([3]), np.array([3.0]), 1e-6) == ""
+
+
+def _prepared_one():
+    return compare.Prepared(0, {"c": (np.zeros((3, 3)),)}, {"c": ("w",)}, {"c": 1e-6})
+
+
+def test_exported_pickles_and_zip_bombs_are_refused():
+    prepared = _prepared_one()
+    buf = io.BytesIO()
+    np.save(buf, np.array([object()], dtype=object), allow_pickle=True)
+    pickled = io.BytesIO()
+    with zipfile.ZipFile(pickled, "w") as zf:
+        zf.writestr("w.npy", buf.getvalue())
+    r = compare.compare_case("c", prepared, {"c.npz": pickled.getvalue()})
+    assert not r.passed and "unreadable" in r.reason
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("w.npy", bytes(50 << 20))
+    assert len(bomb.getvalue()) < 1 << 20
+    r = compare.compare_case("c", prepared, {"c.npz": bomb.getvalue()})
+    assert not r.passed and "larger than expected" in r.reason
+    forged = io.BytesIO()                       # a header announcing 10^12 elements, 8 bytes of data
+    header = io.BytesIO()
+    from numpy.lib import format as npformat
+
+    npformat.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (10**6, 10**6)})
+    with zipfile.ZipFile(forged, "w") as zf:
+        zf.writestr("w.npy", header.getvalue() + bytes(8))
+    r = compare.compare_case("c", prepared, {"c.npz": forged.getvalue()})
+    assert not r.passed and "larger than expected" in r.reason
+    short = io.BytesIO()
+    header = io.BytesIO()
+    npformat.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (3, 3)})
+    with zipfile.ZipFile(short, "w") as zf:
+        zf.writestr("w.npy", header.getvalue() + bytes(16))
+    r = compare.compare_case("c", prepared, {"c.npz": short.getvalue()})
+    assert not r.passed and "does not match its header" in r.reason
+    good = io.BytesIO()
+    np.savez(good, w=np.zeros((3, 3), dtype=np.float32))
+    assert compare.compare_case("c", prepared, {"c.npz": good.getvalue()}).passed
+    r = compare.compare_case("c", prepared, {}, {"c.npz": "the exported file is a FIFO: refused"})
+    assert r.reason == "the exported file is a FIFO: refused"
+    r = compare.compare_case("c", prepared, {"c.error.json": json.dumps({"reason": "w: expected a numeric array"})
+                                             .encode()})
+    assert "numeric" in r.reason
+
+
+# --------------------------------------------------------------------------- the sandbox's package copy
+def test_sandbox_package_blocks_this_notebooks_functions(tmp_path, assignment, monkeypatch):
+    import transformer_course
+
+    blocked = package.blocked_for(assignment, transformer_course)
+    assert {n for _, n in blocked} == {"softmax", "scaled_dot_product_attention"}
+    dest = package.build_sandbox_package(ROOT / "lib" / "transformer_course", tmp_path / "pkg", blocked)
+    assert not (dest / "transformer_course" / "grading" / "cases_01_attention.py").exists()
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import transformer_course as tc, numpy as np\n"
+        "assert tc.__file__.startswith(%r)\n"
+        "for f in (lambda: tc.softmax(np.zeros(3)), lambda: tc.scaled_dot_product_attention(*[np.ones((2, 2))] * 3)):\n"
+        "    try:\n        f()\n    except NotImplementedError as e:\n        assert 'not available while grading' in str(e)\n"
+        "    else:\n        raise SystemExit('reference reachable')\n"
+        "assert tc.layer_norm(np.ones((2, 4))).shape == (2, 4)\n"
+        "import transformer_course.grading as g\n"
+        "assert not hasattr(g, 'CASES') and not hasattr(g, 'case_rng')\n"
+        "print('ok')\n" % (str(dest), str(dest)))
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_blocked_functions_of_earlier_notebooks_stay_available(assignment):
+    """A later notebook may import what an earlier one built: blocked only where it is the exercise."""
+    import transformer_course
+    from transformer_course.grading import CASES
+
+    later = notebooks.Assignment("99_later", ROOT, [], [notebooks.TestCell("t", 1, ["attention.sdpa"], "", "")],
+                                 [], {"x": ["scaled_dot_product_attention"]})
+    assert package.blocked_for(later, transformer_course, [assignment]) == set()
+    assert CASES  # the trusted side keeps every case
+
+
+def test_sandbox_grading_module_exports_only(tmp_path, monkeypatch):
+    """The sandbox's hidden_case: inputs from files, check() writes arrays, never compares."""
+    import importlib.util
+
+    prepared = compare.prepare_cases(["attention.softmax"], 7, tmp_path / "inputs")
+    monkeypatch.setenv("COURSE_GRADING_INPUTS", str(tmp_path / "inputs"))
+    monkeypatch.setenv("COURSE_GRADING_EXPORT", str(tmp_path / "exports"))
+    (tmp_path / "exports").mkdir()
+    spec = importlib.util.spec_from_file_location("sandbox_grading", ROOT / "grader" / "sandbox_grading.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    case = mod.hidden_case("attention.softmax")
+    assert set(case.inputs) == {"x", "axis"} and isinstance(case.inputs["axis"], int)
+    with pytest.raises(RuntimeError):
+        case.expected()
+    case.check(np.zeros_like(case.inputs["x"]))          # wrong, but check() does not judge
+    files = {p.name: p.read_bytes() for p in (tmp_path / "exports").iterdir()}
+    r = compare.compare_case("attention.softmax", prepared, files)
+    assert not r.passed and "relative error" in r.reason
+    from transformer_course import softmax
+
+    case.check(softmax(**case.inputs))
+    files = {p.name: p.read_bytes() for p in (tmp_path / "exports").iterdir()}
+    assert compare.compare_case("attention.softmax", prepared, files).passed
+
+    class Anything:
+        def __eq__(self, other):
+            return True
+
+    with pytest.raises(AssertionError):
+        case.check(Anything())
+    assert (tmp_path / "exports" / "attention.softmax.error.json").exists()
+
+
+# --------------------------------------------------------------------------- the output pipe
+def _feed_all(reader, data, step):
+    for i in range(0, len(data), step):
+        reader.feed(data[i:i + step])
+    reader.finish()
+
+
+@pytest.mark.parametrize("step", [1, 7, 4096, 1 << 20])
+def test_reader_splits_cells_and_caps_output(step):
+    limits = Limits(cell_output_bytes=200, line_chars=50, total_output_bytes=10_000)
+    nonce = "abc"
+    mark = lambda event, payload: f"\n\x1e{nonce} {event} {json.dumps(payload)}\n".encode()  # noqa: E731
+    data = (b"set-up noise\n" + mark("ready", {}) + mark("start", {"cell": 3}) + mark("chunk", {"cell": 3})
+            + b"hello\n" + b"x" * 5000 + b"\n" + b"more\n" * 100
+            + mark("result", {"cell": 3, "error": None}) + mark("chunk", {"cell": 3, "hidden": True})
+            + b"SECRET hidden output\n" + mark("result", {"cell": 3}) + mark("end", {"cell": 3})
+            + mark("start", {"cell": 4}) + b"tail without newline")
+    reader = _Reader(nonce, limits)
+    _feed_all(reader, data, step)
+    assert [e for e, _ in reader.events] == ["ready", "start", "chunk", "result", "chunk", "result", "end", "start"]
+    cell = reader.cells[3]
+    text = "\n".join(cell.output)
+    assert "hello" in text and "line cut" in text and "SECRET" not in text
+    assert cell.kept_bytes <= 200 + 60 and cell.dropped_bytes > 0 and cell.ended
+    assert reader.cells[4].output[-1] == "tail without newline" and not reader.cells[4].ended
+    assert "set-up noise" in reader.preamble.decode()
+
+
+def test_reader_ignores_forged_markers_with_another_nonce():
+    reader = _Reader("real", Limits())
+    reader.feed(b"\n\x1ereal start {\"cell\": 1}\n\x1efake done {}\nok\n")
+    reader.finish()
+    assert [e for e, _ in reader.events] == ["start"]
+    assert "\x1efake done {}" in reader.cells[1].output
+
+
+# --------------------------------------------------------------------------- table, hand grades, class list
+def _record(**over):
+    base = {"student": "s", "notebook": NAME, "auto_status": None, "auto_points": 2.0, "max_points": 7.0,
+            "tests": [{"grade_id": "test_softmax", "points": 2.0, "max_points": 2.0, "passed": True, "cases": []},
+                      {"grade_id": "test_sdpa", "points": 0.0, "max_points": 3.0, "passed": False, "cases": []}],
+            "written": [{"grade_id": "written_values", "max_points": 2.0, "missing": False, "unchanged": False}],
+            "details": [], "cells": [], "run": None}
+    base.update(over)
+    return base
+
+
+def test_rows_status_and_hand_grades():
+    row = report.row_for(_record(), {})
+    assert (row["points"], row["status"]) == ("2", grading.MANUAL)
+    row = report.row_for(_record(), {("s", NAME, "written_values"): {"points": "1.5"}})
+    assert (row["points"], row["status"]) == ("3.5", grading.GRADED)
+    unchanged = _record(written=[{"grade_id": "written_values", "max_points": 2.0, "missing": False,
+                                  "unchanged": True}])
+    assert report.row_for(unchanged, {})["status"] == grading.GRADED
+    crashed = report.row_for(_record(auto_status=grading.CRASHED), {})
+    assert crashed["status"] == grading.CRASHED and "needs manual grading" in crashed["details"]
+    absent = report.row_for(_record(auto_status=grading.NO_SUBMISSION, auto_points=0.0), {})
+    assert (absent["points"], absent["status"]) == ("0", grading.NO_SUBMISSION)
+
+
+def test_manual_command_and_table(tmp_path):
+    grades = tmp_path / "grades"
+    (grades / "results" / "s").mkdir(parents=True)
+    (grades / "results" / "s" / f"{NAME}.json").write_text(json.dumps(_record(student="s")))
+    from grader.__main__ import main
+
+    with pytest.raises(SystemExit, match="between 0 and 2"):
+        main(["manual", "--grades", str(grades), "--student", "s", "--notebook", NAME,
+              "--cell", "written_values", "--points", "3"])
+    with pytest.raises(SystemExit, match="no written answer"):
+        main(["manual", "--grades", str(grades), "--student", "s", "--notebook", NAME,
+              "--cell", "test_sdpa", "--points", "1"])
+    assert main(["manual", "--grades", str(grades), "--student", "s", "--notebook", NAME,
+                 "--cell", "written_values", "--points", "1.5", "--comment", "good"]) == 0
+    rows = list(__import__("csv").DictReader((grades / "grades.csv").open()))
+    assert rows == [{"student": "s", "notebook": NAME, "points": "3.5", "max_points": "7", "status": "graded",
+                     "details": "failed: test_sdpa"}]
+    html = (grades / "feedback" / "s" / f"{NAME}.html").read_text()
+    assert "graded by hand: good" in html
+
+
+def test_feedback_escapes_student_text(tmp_path):
+    record = _record(student="<script>x</script>", cells=[
+        {"index": 0, "cell_type": "code", "owner": "student", "kind": "plain", "grade_id": None,
+         "source": "print('<img src=x onerror=alert(1)>')", "note": "", "ran": True,
+         "output": "<b>bold</b>", "error": {"ename": "E", "evalue": "<i>"}}])
+    row = report.row_for(record, {})
+    path = report.write_feedback(tmp_path, record, row, {})
+    html = path.read_text()
+    assert "<script>x" not in html and "<img" not in html and "<b>bold" not in html and "<i>" not in html
+    assert "&lt;img src=x" in html
+
+
+def test_csv_cells_cannot_be_formulas(tmp_path):
+    grades = tmp_path
+    (grades / "results" / "=evil").mkdir(parents=True)
+    (grades / "results" / "=evil" / f"{NAME}.json").write_text(json.dumps(_record(
+        student="=evil", details=["found =HYPERLINK(\"x\").ipynb"])))
+    report.write_table(grades)
+    text = (grades / "grades.csv").read_text()
+    assert "'=evil" in text and ",=" not in text
+
+
+def test_classlist_import_merges(tmp_path):
+    first = tmp_path / "a.csv"
+    first.write_text("id,first_name,last_name,email\nalice,Alice,A,a@x\nbob,Bob,B,b@x\n")
+    second = tmp_path / "b.csv"
+    second.write_text("\ufeffid,first_name,last_name,email\nbob,Robert,B,b@x\ncarol,Carol,C,c@x\n")
+    assert report.import_roster(tmp_path / "g", first) == (2, 2)
+    assert report.import_roster(tmp_path / "g", second) == (1, 3)
+    roster = {r["id"]: r for r in report.load_roster(tmp_path / "g")}
+    assert roster["bob"]["first_name"] == "Robert" and set(roster) == {"alice", "bob", "carol"}
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id\n../etc\n")
+    with pytest.raises(SystemExit):
+        report.import_roster(tmp_path / "g", bad)
+
+
+def test_discover_statuses(tmp_path):
+    sub = tmp_path / "submitted"
+    (sub / "ok" / NAME).mkdir(parents=True)
+    (sub / "ok" / NAME / f"{NAME}.ipynb").write_text(json.dumps({"cells": []}))
+    (sub / "renamed" / NAME).mkdir(parents=True)
+    (sub / "renamed" / NAME / "copy.ipynb").write_text("{}")
+    (sub / "empty" / NAME).mkdir(parents=True)
+    (sub / "badjson" / NAME).mkdir(parents=True)
+    (sub / "badjson" / NAME / f"{NAME}.ipynb").write_text("{")
+    (sub / "wrongfolder" / "attention").mkdir(parents=True)
+    (sub / "link" / NAME).mkdir(parents=True)
+    os.symlink("/etc/passwd", sub / "link" / NAME / f"{NAME}.ipynb")
+    found = {s.student: s for s in grading.discover(sub, [NAME], ["ok", "renamed", "empty", "badjson",
+                                                                  "wrongfolder", "link", "absent"])}
+    assert found["ok"].status is None and found["ok"].cells == []
+    assert found["renamed"].status == grading.MISSING and "copy.ipynb" in found["renamed"].details[0]
+    assert found["empty"].status == grading.MISSING
+    assert found["badjson"].status == grading.INVALID
+    assert found["wrongfolder"].status == grading.MISSING and "attention" in found["wrongfolder"].details[0]
+    assert found["link"].status == grading.INVALID
+    assert found["absent"].status == grading.NO_SUBMISSION
+
+
+def test_reference_uses_detected_in_student_cells_only(assignment, released):
+    cells = copy.deepcopy(released)
+    for cell in cells:
+        if cell["nbgrader"].get("grade_id") == "softmax":
+            cell["source"] = "from transformer_course import softmax"
+        if cell["nbgrader"].get("grade_id") == "sdpa":
+            cell["source"] = ("import transformer_course as tc\n"
+                              "def scaled_dot_product_attention(Q, K, V, mask=None):\n"
+                              "    return tc.attention.scaled_dot_product_attention(Q, K, V, mask)")
+    rebuilt, _ = notebooks.rebuild(assignment, cells)
+    names = {"softmax", "scaled_dot_product_attention"}
+    assert grading.reference_uses(rebuilt, names) == ["softmax", "scaled_dot_product_attention"]
+    untouched, _ = notebooks.rebuild(assignment, released)     # the released comparison cell is the course's
+    assert grading.reference_uses(untouched, names) == []
+
+
+# --------------------------------------------------------------------------- LMS collection
+@pytest.mark.parametrize("filename,expected", [
+    ("alice_01_attention.ipynb", ("alice", NAME)),
+    ("alice_correct_01_attention_01_attention.ipynb", ("alice_correct", NAME)),
+    ("bob_01_attention (2).ipynb", ("bob", NAME)),
+    ("bob_01_attention-1.ipynb", ("bob", NAME)),
+    ("carol_01_attention_late.ipynb", ("carol", NAME)),
+    ("dave_01_attention.zip", ("dave", NAME)),
+    ("dave.ipynb", None),
+    ("_01_attention.ipynb", None),
+    ("erin_01_attention_notes.ipynb", None),
+    ("erin_02_other.ipynb", None),
+])
+def test_lms_file_names(filename, expected):
+    got = collect._match(filename, [NAME], None)
+    assert (got[:2] if got else None) == expected
+
+
+def test_collect_copies_notebooks_and_zips(tmp_path):
+    lms = tmp_path / "lms"
+    lms.mkdir()
+    (lms / "alice_01_attention.ipynb").write_text('{"cells": []}')
+    with zipfile.ZipFile(lms / "bob_01_attention.zip", "w") as zf:
+        zf.writestr("work/01_attention.ipynb", '{"cells": [1]}')
+        zf.writestr("../../escape.ipynb", "x")
+    (lms / "readme.txt").write_text("x")
+    matches, skipped = collect.collect(lms, tmp_path / "submitted", [NAME])
+    assert [(m.student, m.assignment) for m in matches] == [("alice", NAME), ("bob", NAME)]
+    assert (tmp_path / "submitted" / "bob" / NAME / f"{NAME}.ipynb").read_text() == '{"cells": [1]}'
+    assert skipped == ["readme.txt"]
+    assert not (tmp_path / "escape.ipynb").exists()
+    custom, _ = collect.plan(lms, [NAME], r"(?P<student>[a-z]+)_(?P<assignment>01_attention)\.ipynb")
+    assert [m.student for m in custom] == ["alice"]
