@@ -168,3 +168,43 @@ def test_axis_out_of_range(axis):
 def test_axis_must_be_an_integer(axis):
     with pytest.raises(TypeError, match=r"axis must be an integer, got"):
         softmax(np.zeros((2, 3)), axis=axis)
+
+
+# -- softmax_jacobian and attention_entropy (notebook 02) ------------------------------------
+from transformer_course import attention_entropy, softmax_jacobian  # noqa: E402
+
+
+def test_softmax_jacobian_matches_finite_differences():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=5)
+    p = softmax(x)
+    eps = 1e-6
+    numeric = np.stack([(softmax(x + eps * e) - softmax(x - eps * e)) / (2 * eps) for e in np.eye(5)], axis=1)
+    np.testing.assert_allclose(softmax_jacobian(p), numeric, atol=1e-9)
+
+
+def test_softmax_jacobian_is_batched_symmetric_and_rows_sum_to_zero():
+    p = softmax(np.random.default_rng(1).normal(size=(2, 3, 4)))
+    J = softmax_jacobian(p)
+    assert J.shape == (2, 3, 4, 4)
+    np.testing.assert_allclose(J, np.swapaxes(J, -1, -2))
+    np.testing.assert_allclose(J.sum(axis=-1), 0, atol=1e-15)
+
+
+def test_softmax_jacobian_vanishes_when_saturated():
+    assert np.abs(softmax_jacobian(np.array([1.0, 0.0, 0.0]))).max() == 0.0
+
+
+def test_attention_entropy_known_values():
+    np.testing.assert_allclose(attention_entropy(np.full((2, 4), 0.25)), [np.log(4)] * 2)
+    assert attention_entropy(np.array([0.0, 1.0, 0.0])) == 0.0
+    np.testing.assert_allclose(attention_entropy(np.array([[0.5, 0.5], [0.5, 0.5]]).T, axis=0), [np.log(2)] * 2)
+
+
+def test_attention_entropy_and_jacobian_reject_bad_input():
+    with pytest.raises(ValueError, match="weights must be non-negative"):
+        attention_entropy(np.array([-0.1, 1.1]))
+    with pytest.raises(ValueError, match="weights contains NaN"):
+        attention_entropy(np.array([np.nan, 1.0]))
+    with pytest.raises(TypeError, match="p must be a real-valued"):
+        softmax_jacobian("0.5 0.5")

@@ -13,7 +13,7 @@ from .masks import causal_mask, padding_mask
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 from .normalization import layer_norm
 from .positional import frequencies, positional_encoding, relative_shift_matrix
-from .softmax import softmax
+from .softmax import attention_entropy, softmax, softmax_jacobian
 
 __version__ = "0.1.0"
 
@@ -21,6 +21,7 @@ __all__ = [
     "MultiHeadAttention",
     "PositionwiseFeedForward",
     "TransformerEncoderBlock",
+    "attention_entropy",
     "attention_scores",
     "causal_mask",
     "frequencies",
@@ -33,5 +34,6 @@ __all__ = [
     "relu",
     "scaled_dot_product_attention",
     "softmax",
+    "softmax_jacobian",
     "split_heads",
 ]

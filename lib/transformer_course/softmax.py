@@ -35,3 +35,39 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     exps = np.exp(x - row_max)
     total = np.sum(exps, axis=axis, keepdims=True)
     return exps / np.where(total == 0, 1, total).astype(x.dtype, copy=False)
+
+
+def softmax_jacobian(p) -> np.ndarray:
+    """Jacobian of the softmax at output ``p``: ``J = diag(p) - p p^T`` (theory.md §2.2).
+
+    Args:
+        p: softmax output(s), shape ``(..., n)``, each row a distribution.
+
+    Returns:
+        ``(..., n, n)``; ``J[..., i, j] = d softmax_i / d x_j``. Its norm goes to 0 as
+        ``p`` approaches one-hot, which is how a saturated softmax stops gradients.
+    """
+    p = as_float_array(p, "p", min_ndim=1)
+    check_finite(p, "p")
+    n = p.shape[-1]
+    # (..., n, 1) * (n, n) - (..., n, 1) * (..., 1, n) -> (..., n, n)
+    return p[..., :, None] * np.eye(n, dtype=p.dtype) - p[..., :, None] * p[..., None, :]
+
+
+def attention_entropy(weights, axis: int = -1) -> np.ndarray:
+    """Entropy in nats of each distribution along ``axis``, with ``0 ln 0 = 0`` exactly.
+
+    Args:
+        weights: ``(..., n)`` non-negative rows summing to 1 (attention weights).
+        axis: the axis that holds each distribution.
+
+    Returns:
+        Array of ``weights``' shape without ``axis``: ``ln n`` for a uniform row, 0 for one-hot.
+    """
+    w = as_float_array(weights, "weights", min_ndim=1)
+    axis = check_axis(axis, w.ndim)
+    check_finite(w, "weights")
+    if (w < 0).any():
+        raise ValueError("weights must be non-negative (probabilities)")
+    safe = np.where(w > 0, w, 1)                   # 0 * ln 1 = 0 where the weight is 0
+    return -np.sum(w * np.log(safe), axis=axis)
