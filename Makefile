@@ -18,7 +18,7 @@ export PIP_NO_INPUT := 1
 .DEFAULT_GOAL := all
 .PHONY: all env test-env exercises solutions course test test-package test-notebooks nbval lab clean help
 
-all: env exercises solutions site ## environment, student release, executed solutions, site
+all: env exercises solutions site ## environment (+ PyTorch for the cross-checks), student release, executed solutions, site
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
@@ -44,7 +44,8 @@ $(VENV)/.test-installed: requirements/test-lock.txt
 exercises: env ## regenerate exercises/ (student versions) with nbgrader
 	$(PY) tools/course.py release
 
-solutions: env ## regenerate solutions/ (executed complete notebooks)
+# The solutions show the cross-checks against PyTorch, so they are executed with the test extras.
+solutions: test-env ## regenerate solutions/ (executed complete notebooks)
 	$(PY) tools/course.py solutions
 
 course: exercises solutions
