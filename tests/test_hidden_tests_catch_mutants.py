@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import warnings
 from pathlib import Path
 
 import matplotlib
 import nbformat
+import numpy as np
 import pytest
 
 matplotlib.use("Agg")
@@ -57,6 +59,13 @@ def run_hidden(pieces, monkeypatch, seed):
     monkeypatch.setenv("COURSE_GRADING_SEED", str(seed))
     namespace = {"__name__": "__main__"}
     failed = []
+    with warnings.catch_warnings(), np.errstate(all="ignore"):   # mutants overflow on purpose
+        warnings.simplefilter("ignore")
+        _run_pieces(pieces, namespace, failed)
+    return failed
+
+
+def _run_pieces(pieces, namespace, failed):
     for piece in pieces:
         if isinstance(piece, tuple):
             _, grade_id, source = piece
@@ -66,7 +75,6 @@ def run_hidden(pieces, monkeypatch, seed):
                 failed.append(grade_id)
         else:
             exec(compile(piece, "cell", "exec"), namespace)
-    return failed
 
 
 CASES = [(path.stem, desc, repl) for path in MUTANT_FILES for desc, repl in load_mutants(path).items()]
