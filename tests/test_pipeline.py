@@ -127,9 +127,7 @@ def test_committed_exercises_are_fresh(tmp_path):
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
     shutil.copy(ROOT / "nbgrader_config.py", tmp_path / "nbgrader_config.py")
     (tmp_path / ".nbgrader").mkdir()
-    for name in NAMES:
-        subprocess.run([str(course.BIN / "nbgrader"), "generate_assignment", name, "--force", "--log-level=ERROR"],
-                       cwd=tmp_path, env=course.nbgrader_env(), check=True)
+    course.generate_assignments(NAMES, root=tmp_path)
     stale = []
     for name in NAMES:
         fresh = json.loads((tmp_path / "exercises" / name / f"{name}.ipynb").read_text())

@@ -64,18 +64,26 @@ def copy_shared(dest: Path) -> None:
             shutil.copyfile(src, dest / name)
 
 
+def generate_assignments(names: list[str], root: Path = ROOT) -> None:
+    """Run nbgrader generate_assignment (one call for the whole course: nbgrader starts once)."""
+    patterns = ["*"] if sorted(names) == assignments() else names
+    for pattern in patterns:
+        subprocess.run([str(BIN / "nbgrader"), "generate_assignment", pattern, "--force", "--log-level=ERROR"],
+                       cwd=root, env=nbgrader_env(), check=True)
+
+
 def release(names: list[str]) -> None:
     """Student versions via nbgrader (stubs replace solutions, hidden tests removed)."""
     (ROOT / ".nbgrader").mkdir(exist_ok=True)
     copy_shared(EXERCISES)
+    t0 = time.perf_counter()
+    generate_assignments(names)
     for name in names:
-        t0 = time.perf_counter()
-        subprocess.run([str(BIN / "nbgrader"), "generate_assignment", name, "--force", "--log-level=WARN"],
-                       cwd=ROOT, env=nbgrader_env(), check=True)
         released = EXERCISES / name / f"{name}.ipynb"
         if not released.exists():
             raise SystemExit(f"nbgrader did not write {released}")
-        print(f"released   {released.relative_to(ROOT)}  ({time.perf_counter() - t0:.1f} s)")
+        print(f"released   {released.relative_to(ROOT)}")
+    print(f"released {len(names)} notebook(s) in {time.perf_counter() - t0:.1f} s")
 
 
 def solution_notebook(source: Path):
