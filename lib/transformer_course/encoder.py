@@ -72,8 +72,16 @@ class TransformerEncoderBlock:
             raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {x.shape}")
         if self.norm_first:
             attended, weights = self.attention(self._ln1(x), mask=mask, key_padding_mask=key_padding_mask)
-            z = x + attended                                  # residual around attention
-            return z + self.feed_forward(self._ln2(z)), weights
+            z = _add(attended, x)                             # residual around attention
+            return _add(self.feed_forward(self._ln2(z)), z), weights
         attended, weights = self.attention(x, mask=mask, key_padding_mask=key_padding_mask)
-        z = self._ln1(x + attended)                           # add & norm
-        return self._ln2(z + self.feed_forward(z)), weights   # add & norm
+        z = self._ln1(_add(attended, x))                      # add & norm
+        return self._ln2(_add(self.feed_forward(z), z)), weights   # add & norm
+
+
+def _add(fresh, other):
+    """``fresh + other``, written into ``fresh`` (a sub-layer's new output) when the dtype allows."""
+    if np.result_type(fresh, other) == fresh.dtype and fresh.shape == np.broadcast_shapes(fresh.shape, other.shape):
+        fresh += other
+        return fresh
+    return fresh + other

