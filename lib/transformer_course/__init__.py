@@ -8,6 +8,7 @@ batch (and head) dimensions, then positions, then features.
 from .activations import gelu, relu
 from .attention import attention_scores, scaled_dot_product_attention
 from .encoder import TransformerEncoderBlock
+from .fast_attention import FastMultiHeadAttention, flash_attention, release_buffers
 from .feedforward import PositionwiseFeedForward
 from .masks import causal_mask, padding_mask
 from .multihead import MultiHeadAttention, merge_heads, split_heads
@@ -18,12 +19,14 @@ from .softmax import attention_entropy, softmax, softmax_jacobian
 __version__ = "0.1.0"
 
 __all__ = [
+    "FastMultiHeadAttention",
     "MultiHeadAttention",
     "PositionwiseFeedForward",
     "TransformerEncoderBlock",
     "attention_entropy",
     "attention_scores",
     "causal_mask",
+    "flash_attention",
     "frequencies",
     "gelu",
     "layer_norm",
@@ -31,6 +34,7 @@ __all__ = [
     "padding_mask",
     "positional_encoding",
     "relative_shift_matrix",
+    "release_buffers",
     "relu",
     "scaled_dot_product_attention",
     "softmax",

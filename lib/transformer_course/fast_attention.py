@@ -1,0 +1,776 @@
+"""Fast attention in NumPy: a tiled online softmax (FlashAttention's loop) and fused projections.
+
+:func:`~transformer_course.attention.scaled_dot_product_attention` is the
+readable reference: it builds the whole ``(n_q, n_k)`` score matrix, soft-maxes
+it and multiplies by V. That costs ``O(n^2)`` memory (1 GiB of float32 scores
+at n = 16384) and, because the score matrix falls out of cache, time too.
+
+:func:`flash_attention` computes the same output without ever holding more than
+one ``block_q x block_k`` tile of scores per thread (Dao et al. 2022; the
+"online softmax" of Milakov & Gimelshein 2018). For each block of queries it
+walks over the keys block by block and keeps, per query,
+
+* ``m`` -- the largest score seen so far,
+* ``l`` -- the sum of ``exp(score - m)`` seen so far,
+* ``acc`` -- the sum of ``exp(score - m) * v`` seen so far.
+
+When a new key block raises the maximum from ``m`` to ``m'``, everything
+accumulated so far is rescaled by ``exp(m - m')``; at the end ``acc / l`` is the
+softmax-weighted sum of the values. Every step is one large NumPy call on a
+whole tile, in place in a buffer the thread reuses, so Python's overhead is paid
+per tile, not per element. What makes it fast in NumPy:
+
+* **exp2, not exp.** ``log2(e)/sqrt(d_k)`` is folded into each block of queries,
+  so the scores come out of the product in log2 units and ``np.exp2`` (about
+  1.6x faster than ``np.exp``) needs no extra multiplication.
+* **No running maximum when it is provably not needed.** The maximum is only
+  there to keep ``exp`` from overflowing. Before the loop, ``|q . k| <= |q| max|k|``
+  (Cauchy-Schwarz) bounds every score of a query block; when the bound is small
+  (``2^40`` is far from float32's limits) the tile is just ``exp2(scores)`` -- no
+  max, no subtraction, no rescaling. Otherwise (large activations, additive
+  masks, ``running_max="always"``) the classic online softmax above runs.
+* **Sums by BLAS.** Row sums of a tile are a matrix-vector product with a vector
+  of ones (about 3x faster than ``np.sum``); tiles are stored keys-by-queries so K and
+  Q enter the products as they are, without transposed copies.
+* **Threads that NumPy can actually use.** The ``(heads, query block)`` work
+  items are shared among Python threads -- ``matmul`` and ``exp2`` release the
+  GIL -- while OpenBLAS is held at one thread for the whole call. Every core then
+  runs whole tiles, element-wise steps included (NumPy's ufuncs are
+  single-threaded), and OpenBLAS's own threads neither hand off every small
+  product nor spin beside ours. Tiny inputs stay on one thread: there, waiting
+  for the GIL would cost more than the second core gains.
+* **No fresh memory per call.** Touching new pages costs more than the
+  arithmetic on small inputs, so each thread keeps its scratch buffers
+  (:func:`release_buffers` frees them).
+
+:class:`FastMultiHeadAttention` packs ``W_Q | W_K | W_V`` of a
+:class:`~transformer_course.multihead.MultiHeadAttention` into one
+``(d_model, 3 d_model)`` matrix, projects with a single product, feeds strided
+per-head views (no copies) to the fast core and lets the core write the heads
+straight into the concatenated layout ``W_O`` needs.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import ctypes
+import glob
+import math
+import os
+import threading
+
+import numpy as np
+
+from ._checks import as_float_array, check_finite, describe, positive_int
+from .multihead import MultiHeadAttention
+
+__all__ = ["FastMultiHeadAttention", "flash_attention", "release_buffers"]
+
+_LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * log2(e))
+
+#: Default tile sizes (queries x keys). 256 x 1024 float32 scores are 1 MiB,
+#: which stays in a core's L2 cache together with the K and V blocks.
+DEFAULT_BLOCK_Q = 256
+DEFAULT_BLOCK_K = 1024
+
+
+# ---------------------------------------------------------------------------
+# OpenBLAS thread control (NumPy's wheels ship OpenBLAS; threadpoolctl is not
+# a dependency, so the two C functions are looked up directly).
+# ---------------------------------------------------------------------------
+_BLAS_LOCK = threading.Lock()
+_BLAS_STATE = {"api": None, "searched": False, "users": 0, "saved": None}
+
+
+def _openblas_api():
+    """``(get_num_threads, set_num_threads)`` of NumPy's OpenBLAS, or None if not found."""
+    if _BLAS_STATE["searched"]:
+        return _BLAS_STATE["api"]
+    _BLAS_STATE["searched"] = True
+    root = os.path.dirname(os.path.abspath(np.__file__))
+    patterns = [os.path.join(root, os.pardir, "numpy.libs", "*openblas*"),
+                os.path.join(root, ".dylibs", "*openblas*"),
+                os.path.join(root, "_core", "*openblas*")]
+    candidates = sorted({p for pat in patterns for p in glob.glob(pat)})
+    names = [("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+             ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
+             ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+             ("openblas_get_num_threads", "openblas_set_num_threads")]
+    for path in candidates:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for get_name, set_name in names:
+            get_fn, set_fn = getattr(lib, get_name, None), getattr(lib, set_name, None)
+            if get_fn is not None and set_fn is not None:
+                get_fn.restype = ctypes.c_int
+                set_fn.argtypes = [ctypes.c_int]
+                set_fn.restype = None
+                _BLAS_STATE["api"] = (get_fn, set_fn)
+                return _BLAS_STATE["api"]
+    return None
+
+
+def _blas_threads() -> int:
+    """Threads OpenBLAS would use now (1 if it cannot be controlled)."""
+    api = _openblas_api()
+    if api is None:
+        return 1
+    with _BLAS_LOCK:
+        if _BLAS_STATE["users"]:
+            return int(_BLAS_STATE["saved"])
+        return max(1, int(api[0]()))
+
+
+@contextlib.contextmanager
+def _single_threaded_blas():
+    """Hold OpenBLAS at one thread; restore the previous count when the last user leaves."""
+    api = _openblas_api()
+    with _BLAS_LOCK:
+        if _BLAS_STATE["users"] == 0:
+            _BLAS_STATE["saved"] = int(api[0]())
+            api[1](1)
+        _BLAS_STATE["users"] += 1
+    try:
+        yield
+    finally:
+        with _BLAS_LOCK:
+            _BLAS_STATE["users"] -= 1
+            if _BLAS_STATE["users"] == 0:
+                api[1](_BLAS_STATE["saved"])
+
+
+_POOL_LOCK = threading.Lock()
+_POOL: dict = {"executor": None, "size": 0}
+
+
+def _executor(n_workers: int) -> concurrent.futures.ThreadPoolExecutor:
+    """A persistent pool (starting threads on every call would cost ~0.1 ms)."""
+    with _POOL_LOCK:
+        if _POOL["size"] < n_workers:
+            if _POOL["executor"] is not None:
+                _POOL["executor"].shutdown(wait=False)
+            _POOL["executor"] = concurrent.futures.ThreadPoolExecutor(
+                max_workers=n_workers, thread_name_prefix="flash_attention")
+            _POOL["size"] = n_workers
+        return _POOL["executor"]
+
+
+def _effective_threads(threads) -> int:
+    """Threads to use: ``threads`` (default: OpenBLAS's count), or 1 if BLAS cannot be held
+    at one thread (Python threads would then fight BLAS's own)."""
+    if _openblas_api() is None:
+        return 1
+    return _blas_threads() if threads is None else threads
+
+
+def _blas_pinned(threads: int):
+    """While several Python threads work, OpenBLAS runs every product in the calling thread.
+    Everything from validation to the last product runs inside, so OpenBLAS's own
+    threads are never woken in between (they would spin and steal the cores)."""
+    return _single_threaded_blas() if threads > 1 else contextlib.nullcontext()
+
+
+def _parallel_drain(items, make_state, run, threads: int) -> None:
+    """``run(state, item)`` for every item; ``threads`` threads (the caller is one of them)
+    take the next item as they become free; each thread has its own ``make_state()``."""
+    threads = min(threads, len(items))
+    if threads <= 1:
+        state = make_state()
+        for item in items:
+            run(state, item)
+        return
+    lock = threading.Lock()
+    position = iter(range(len(items)))
+
+    def drain():
+        state = make_state()
+        while True:
+            with lock:
+                k = next(position, None)
+            if k is None:
+                return
+            run(state, items[k])
+
+    futures = [_executor(threads - 1).submit(drain) for _ in range(threads - 1)]
+    try:
+        drain()
+    finally:
+        for f in futures:
+            f.result()
+
+
+def _linear(x, W, b, threads: int, auto: bool = True, scratch=None):
+    """``x @ W (+ b)`` for ``x`` ``(..., n, d_in)``, the product shared among the threads:
+    by blocks of rows when there are many rows, else by blocks of columns of W (each
+    thread then packs only its part of W -- with few rows, packing W is most of the work).
+    ``scratch``: name of a reused buffer for the result (for intermediates; see :func:`_buffer`)."""
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])                        # (rows, d_in); a view when possible
+    m, n = x2.shape[0], W.shape[1]
+    dtype = np.result_type(x2, W)
+    out = (np.empty((m, n), dtype) if scratch is None
+           else _buffer(scratch, m * n, dtype).reshape(m, n))   # (rows, d_out)
+    if auto and m * n * x2.shape[1] < _MIN_MACS_PER_THREAD * threads:
+        threads = 1
+    by_rows = m >= 512 * threads
+    if by_rows:
+        step = -(-m // threads)
+        blocks = [(slice(r0, r0 + step), slice(None)) for r0 in range(0, m, step)]
+    else:
+        step = -(-n // threads)
+        step = -(-step // 64) * 64                         # a multiple of 64 columns
+        blocks = [(slice(None), slice(c0, c0 + step)) for c0 in range(0, n, step)]
+
+    def run(_, block):
+        rows, cols = block
+        np.matmul(x2[rows], W[:, cols], out=out[rows, cols])
+        if b is not None:
+            out[rows, cols] += b[cols]
+
+    _parallel_drain(blocks, lambda: None, run, threads)
+    return out.reshape(*lead, n)                           # (..., n, d_out)
+
+
+# ---------------------------------------------------------------------------
+# Argument checks
+# ---------------------------------------------------------------------------
+def _check_qkv(Q, K, V, finite=True):
+    Q = as_float_array(Q, "Q", min_ndim=2)
+    K = as_float_array(K, "K", min_ndim=2)
+    V = as_float_array(V, "V", min_ndim=2)
+    if Q.shape[-1] != K.shape[-1]:
+        raise ValueError(
+            f"Q and K must have the same last dimension d_k, got Q {Q.shape} and K {K.shape}"
+        )
+    if Q.shape[:-2] != K.shape[:-2]:
+        raise ValueError(
+            f"Q and K must have the same leading (batch) dimensions, got Q {Q.shape} and K {K.shape}"
+        )
+    if K.shape[-2] != V.shape[-2]:
+        raise ValueError(
+            "K and V must have the same number of positions n_k (axis -2), "
+            f"got K {K.shape} and V {V.shape}"
+        )
+    if K.shape[:-2] != V.shape[:-2]:
+        raise ValueError(
+            f"K and V must have the same leading (batch) dimensions, got K {K.shape} and V {V.shape}"
+        )
+    if K.shape[-2] == 0 or K.shape[-1] == 0:
+        raise ValueError(
+            f"K must have at least one position and one feature (n_k, d_k >= 1), got K {K.shape}"
+        )
+    if finite:
+        for name, arr in (("Q", Q), ("K", K), ("V", V)):
+            _check_finite_fast(arr, name)
+    return Q, K, V
+
+
+def _check_finite_fast(arr, name, allow_neg_inf=False):
+    """:func:`check_finite` at the cost of one reduction: NaN and +-inf make ``x . x``
+    (or the sum) non-finite. A finite but huge array may overflow it; then the
+    exact check decides."""
+    if arr.size == 0:
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        if allow_neg_inf:
+            hi = arr.max()                                   # NaN propagates through max
+            if np.isfinite(hi) or hi == -np.inf:
+                return
+        elif arr.flags.c_contiguous:
+            flat = arr.reshape(-1)                           # a view
+            if np.isfinite(np.dot(flat, flat)):              # BLAS: the fastest full pass
+                return
+        elif np.isfinite(arr.sum()):
+            return
+    check_finite(arr, name, allow_neg_inf=allow_neg_inf)     # raises with the precise message
+
+
+def _check_mask(mask, score_shape):
+    """Validate a boolean/additive mask against ``score_shape`` = ``(..., n_q, n_k)``."""
+    mask = np.asarray(mask)
+    if mask.dtype == object or not (
+        mask.dtype == bool or np.issubdtype(mask.dtype, np.floating)
+    ):
+        raise TypeError(
+            "mask must be boolean (True = may attend) or floating (added to the "
+            f"scores, -inf = blocked), got {describe(mask)}"
+        )
+    try:
+        broadcast = np.broadcast_shapes(mask.shape, score_shape)
+    except ValueError:
+        broadcast = None
+    if broadcast != tuple(score_shape):
+        raise ValueError(
+            f"mask of shape {mask.shape} does not broadcast to the score shape "
+            f"{tuple(score_shape)} (..., n_q, n_k)"
+        )
+    if mask.dtype != bool:
+        _check_finite_fast(mask, "mask", allow_neg_inf=True)
+    # Prepend size-1 axes so the mask has exactly as many axes as the scores.
+    return mask.reshape((1,) * (len(score_shape) - mask.ndim) + mask.shape)
+
+
+def _check_block(value, name):
+    return positive_int(value, name)
+
+
+# ---------------------------------------------------------------------------
+# The core
+# ---------------------------------------------------------------------------
+class _Tiles:
+    """Everything a worker thread needs: the inputs as ``(outer..., inner, n, d)`` views."""
+
+    def __init__(self, Q, K, V, out, mask, causal, block_q, block_k):
+        self.Q, self.K, self.V, self.out = Q, K, V, out      # (outer..., inner, n, d)
+        self.mask, self.causal, self.dtype = mask, causal, Q.dtype
+        self.bq, self.bk = block_q, block_k
+        self.n_q, self.n_k, self.d_k, self.d_v = Q.shape[-2], K.shape[-2], Q.shape[-1], V.shape[-1]
+        # Scores come out of the product already in log2 units: s * log2(e) / sqrt(d_k).
+        self.c = _LOG2E / math.sqrt(self.d_k)
+
+    def mask_block(self, o, h0, h1, i0, i1, j0, j1):
+        """The mask for heads h0:h1, queries i0:i1, keys j0:j1 (size-1 axes kept for broadcasting)."""
+        m = self.mask
+        lead = tuple(0 if m.shape[k] == 1 else o[k] for k in range(len(o)))
+        hs = slice(0, 1) if m.shape[len(o)] == 1 else slice(h0, h1)
+        qs = slice(None) if m.shape[-2] == 1 else slice(i0, i1)
+        ks = slice(None) if m.shape[-1] == 1 else slice(j0, j1)
+        return m[lead + (hs, qs, ks)]                         # (G or 1, r or 1, c or 1)
+
+
+# Below this many scores per thread, one thread is faster: every NumPy call is a
+# chance for the threads to wait for each other's GIL (tens of microseconds each).
+_MIN_SCORES_PER_THREAD = 1 << 19
+# And below this many multiply-adds per thread, a product is not worth splitting.
+_MIN_MACS_PER_THREAD = 1 << 22
+
+# |score| bound (log2 units) below which no running maximum is needed:
+# 2^40 and 2^-40 are far inside float32's range (2^+-126), 2^400 inside float64's.
+_DIRECT_LIMIT = {4: 40.0, 8: 400.0}
+
+
+_LOCAL = threading.local()   # per thread: the scratch buffers, reused across calls
+_GENERATION = [0]            # bumped by release_buffers(); older buffers are dropped on next use
+
+
+def _buffer(name: str, size: int, dtype) -> np.ndarray:
+    """A flat scratch array of at least ``size`` elements, kept by this thread between calls.
+
+    Fresh memory is expensive: the first touch of every 4 KiB page is a page
+    fault (about 0.3 us per KiB on the benchmark machine), which costs more than
+    the arithmetic on small inputs. So each thread allocates its tile buffers
+    once and reuses them; :func:`release_buffers` lets them go.
+    """
+    if getattr(_LOCAL, "generation", None) != _GENERATION[0]:
+        _LOCAL.buffers, _LOCAL.generation = {}, _GENERATION[0]
+    key = (name, np.dtype(dtype).str)
+    buf = _LOCAL.buffers.get(key)
+    if buf is None or buf.size < size:
+        buf = _LOCAL.buffers[key] = np.empty(size, dtype)
+    return buf[:size]
+
+
+def release_buffers() -> None:
+    """Let go of the scratch buffers each thread keeps between calls of
+    :func:`flash_attention` (about ``block_q * block_k`` scores per thread:
+    1 MiB in float32 at the default tiles). They are freed by their thread's
+    next call (or when the thread ends)."""
+    _GENERATION[0] += 1
+
+
+class _Worker:
+    """Per-thread buffers and the tile loop.
+
+    Tiles are held transposed, keys along the rows: ``S^T = K_block @ (c Q_block)^T``
+    has shape ``(G, keys, queries)``, ``c = log2(e)/sqrt(d_k)``. K is used as it is
+    stored, the scaled query block is a small contiguous copy that BLAS reads
+    through a transposed view; per-query maxima and sums run down the columns, and
+    ``P V`` is ``(S^T)^T @ V_block``, again a view. No copy of K or V is made.
+    Few, large NumPy calls per tile: each releases the GIL, so the threads overlap.
+    """
+
+    def __init__(self, t: _Tiles, G: int):
+        r, c = min(t.bq, t.n_q), min(t.bk, t.n_k)
+        dt = t.dtype
+        self.t = t
+        self.S = _buffer("S", G * c * r, dt)           # flat; viewed as (G, keys, queries) per tile
+        self.qs = _buffer("qs", G * r * t.d_k, dt)     # c Q for the current query block
+        self.acc = _buffer("acc", G * r * t.d_v, dt)   # running sum of p * v
+        self.pv = _buffer("pv", G * r * t.d_v, dt)     # one tile's p @ v
+        self.l = _buffer("l", G * r, dt)               # running sum of p
+        self.lt = _buffer("lt", G * r, dt)             # one tile's sum of p
+        self.ones = _buffer("ones", c, dt)             # sums as a vector-matrix product
+        self.ones.fill(1)
+        self.tiny = np.finfo(dt).tiny
+
+    def run(self, item):
+        """One work item: heads h0:h1 x queries i0:i1 against every key they may see."""
+        t = self.t
+        o, h0, h1, i0, i1, direct = item
+        G, r = h1 - h0, i1 - i0
+        K = t.K[o][h0:h1]                                              # (G, n_k, d_k) view
+        V = t.V[o][h0:h1]                                              # (G, n_k, d_v) view
+        qs = self.qs[:G * r * t.d_k].reshape(G, r, t.d_k)              # (G, r, d_k)
+        np.multiply(t.Q[o][h0:h1, i0:i1], t.c, out=qs)                 # c Q: scores in log2 units
+        qT = qs.transpose(0, 2, 1)                                     # (G, d_k, r) view
+        acc = self.acc[:G * r * t.d_v].reshape(G, r, t.d_v)            # (G, r, d_v)
+        l = self.l[:G * r].reshape(G, r)                               # (G, r)
+        # Causal: query i sees keys j <= i, so keys from i1 on are never needed.
+        k_end = min(t.n_k, i1) if t.causal else t.n_k
+        if not (direct and self._direct(o, h0, h1, i0, i1, k_end, K, V, qT, acc, l)):
+            self._online(o, h0, h1, i0, i1, k_end, K, V, qT, acc, l)
+        # A row with no key at all has l = 0 and acc = 0: output 0, as the reference.
+        np.maximum(l, self.tiny, out=l)
+        np.divide(acc, l[:, :, None], out=t.out[o][h0:h1, i0:i1])
+
+    def _scores(self, o, h0, h1, i0, i1, j0, j1, K, qT):
+        """One transposed tile of scores, log2 units, masked entries -inf: ``(G, j1 - j0, r)``."""
+        t = self.t
+        G, r = h1 - h0, i1 - i0
+        S = self.S[:G * (j1 - j0) * r].reshape(G, j1 - j0, r)         # (G, c, r), contiguous
+        np.matmul(K[:, j0:j1], qT, out=S)                              # K (c Q)^T
+        if t.causal and j1 - 1 > i0:                                   # tile crosses the diagonal
+            after = np.arange(j0, j1)[:, None] > np.arange(i0, i1)[None, :]   # (c, r): key after query
+            np.copyto(S, -np.inf, where=after)
+        if t.mask is not None:
+            mb = np.swapaxes(t.mask_block(o, h0, h1, i0, i1, j0, j1), -1, -2)  # (G|1, c|1, r|1)
+            if mb.dtype == bool:
+                np.copyto(S, -np.inf, where=~mb)
+            else:
+                S += (mb * _LOG2E).astype(t.dtype, copy=False)
+        return S
+
+    def _direct(self, o, h0, h1, i0, i1, k_end, K, V, qT, acc, l):
+        """Scores are bounded: p = 2^s needs no running maximum and no rescaling."""
+        t = self.t
+        G, r = h1 - h0, i1 - i0
+        lt = self.lt[:G * r].reshape(G, r)
+        pv = self.pv[:G * r * t.d_v].reshape(G, r, t.d_v)
+        for j0 in range(0, k_end, t.bk):
+            j1 = min(j0 + t.bk, k_end)
+            S = self._scores(o, h0, h1, i0, i1, j0, j1, K, qT)        # (G, c, r)
+            np.exp2(S, out=S)                                          # p = 2^s, in place
+            P = S.transpose(0, 2, 1)                                   # (G, r, c) view
+            first = j0 == 0
+            np.matmul(self.ones[:j1 - j0], S, out=l if first else lt)  # (G, r) sums over keys
+            np.matmul(P, V[:, j0:j1], out=acc if first else pv)        # (G, r, d_v)
+            if not first:
+                l += lt
+                acc += pv
+        # A huge V can still overflow p @ v: then redo the item the safe way.
+        return bool(np.isfinite(l.sum() + acc.sum()))
+
+    def _online(self, o, h0, h1, i0, i1, k_end, K, V, qT, acc, l):
+        """The online softmax: running max m, running sum l, rescaling when m grows."""
+        t = self.t
+        G, r = h1 - h0, i1 - i0
+        lt = self.lt[:G * r].reshape(G, r)
+        pv = self.pv[:G * r * t.d_v].reshape(G, r, t.d_v)
+        m = shift_old = None
+        for j0 in range(0, k_end, t.bk):
+            j1 = min(j0 + t.bk, k_end)
+            S = self._scores(o, h0, h1, i0, i1, j0, j1, K, qT)        # (G, c, r)
+            tile_max = S.max(axis=1)                                   # (G, r)
+            m = tile_max if m is None else np.maximum(m, tile_max)
+            # A query with every key so far masked has max -inf: shift it by 0 instead.
+            shift = np.where(np.isneginf(m), 0, m).astype(t.dtype, copy=False)
+            S -= shift[:, None, :]
+            np.exp2(S, out=S)                                          # p = 2^(s - m), in place
+            P = S.transpose(0, 2, 1)                                   # (G, r, c) view
+            if j0 == 0:
+                np.matmul(self.ones[:j1 - j0], S, out=l)
+                np.matmul(P, V[:, j0:j1], out=acc)
+            else:
+                alpha = np.exp2(shift_old - shift)                     # rescale the old sums
+                l *= alpha
+                acc *= alpha[:, :, None]
+                np.matmul(self.ones[:j1 - j0], S, out=lt)
+                l += lt
+                np.matmul(P, V[:, j0:j1], out=pv)
+                acc += pv
+            shift_old = shift
+
+
+def _plan(n_heads_inner, n_outer, n_q, n_k, bq, bk, n_threads):
+    """Heads per work item (G): enough heads to fill a tile when n is small, but
+    never so many that some threads get no work."""
+    r, c = min(bq, n_q), min(bk, n_k)
+    G = max(1, (bq * bk) // (r * c))
+    G = min(G, n_heads_inner)
+    q_blocks = -(-n_q // bq)
+    groups_needed = -(-n_threads // (n_outer * q_blocks))   # per outer index
+    G = max(1, min(G, -(-n_heads_inner // groups_needed)))
+    return G
+
+
+def _score_bounds(Q, K, block_q, c):
+    """``|score| <= c |q| max|k|`` (Cauchy-Schwarz), maximised over each block of
+    queries: ``(..., heads, n_query_blocks)``. One pass over Q and K."""
+    k_norm = np.sqrt(np.einsum("...jd,...jd->...j", K, K).max(axis=-1))          # (..., heads)
+    q_norm = np.sqrt(np.einsum("...id,...id->...i", Q, Q))                        # (..., heads, n_q)
+    q_block = np.maximum.reduceat(q_norm, np.arange(0, Q.shape[-2], block_q), axis=-1)
+    return c * q_block * k_norm[..., None]                                        # (..., heads, blocks)
+
+
+def _flash_core(Q, K, V, out, mask, causal, block_q, block_k, threads, running_max="auto",
+                auto=False, check_finite=False):
+    """Run the tiles. Q, K, V, out: validated ``(..., n, d)`` arrays of one float dtype
+    (float32 or float64); ``out`` may be a strided view. mask: None or ``(..., n_q, n_k)``
+    with as many axes as the scores (size-1 axes broadcast). ``threads``: an int; the
+    caller holds BLAS at one thread when it is > 1 (see :func:`_blas_pinned`).
+    ``auto``: the count was not asked for, so small inputs get one thread.
+    ``check_finite``: refuse NaN/inf in Q, K, V -- for Q and K through the score
+    bounds, which pass over them anyway (a non-finite bound triggers the exact check)."""
+    lead = Q.shape[:-2]
+    if len(lead) == 0:                                    # (n, d) -> (1, n, d)
+        Q, K, V, out = Q[None], K[None], V[None], out[None]
+        if mask is not None:
+            mask = mask[None]
+        lead = (1,)
+    outer_shape, inner = lead[:-1], lead[-1]
+    n_q, n_k = Q.shape[-2], K.shape[-2]
+    if check_finite:
+        _check_finite_fast(V, "V")
+    if n_q == 0 or inner == 0 or math.prod(outer_shape) == 0 or V.shape[-1] == 0:
+        if check_finite:
+            _check_finite_fast(K, "K")
+        return out
+    if auto and math.prod(lead) * n_q * n_k < _MIN_SCORES_PER_THREAD * threads:
+        threads = 1                       # too little work to pay for the threads' hand-offs
+    G = _plan(inner, math.prod(outer_shape), n_q, n_k, block_q, block_k, threads)
+    tiles = _Tiles(Q, K, V, out, mask, causal, block_q, block_k)
+    # Additive masks may add large positive numbers, so they always get the running max.
+    if running_max == "auto" and (mask is None or mask.dtype == bool):
+        with np.errstate(over="ignore", invalid="ignore"):
+            bounds = _score_bounds(Q, K, block_q, tiles.c)                 # (..., heads, q blocks)
+        ok = bounds <= _DIRECT_LIMIT[Q.dtype.itemsize]
+        if check_finite and not np.isfinite(bounds).all():
+            _check_finite_fast(Q, "Q")                                     # NaN/inf, or just huge?
+            _check_finite_fast(K, "K")
+    else:
+        if check_finite:
+            _check_finite_fast(Q, "Q")
+            _check_finite_fast(K, "K")
+        ok = np.zeros(lead + (-(-n_q // block_q),), dtype=bool)
+    # One item = G heads x block_q queries, against all (needed) keys.
+    items = [(o, h0, min(h0 + G, inner), i0, min(i0 + block_q, n_q),
+              bool(ok[o][h0:h0 + G, i0 // block_q].all()))
+             for o in np.ndindex(*outer_shape)
+             for h0 in range(0, inner, G)
+             for i0 in range(0, n_q, block_q)]
+    if causal:
+        # Long (late) query blocks first, so the threads finish together.
+        items.sort(key=lambda it: (-it[4], it[0], it[1]))
+    _parallel_drain(items, lambda: _Worker(tiles, G), _Worker.run, threads)
+    return out
+
+
+def flash_attention(Q, K, V, mask=None, *, causal=False, block_q=DEFAULT_BLOCK_Q,
+                    block_k=DEFAULT_BLOCK_K, threads=None, running_max="auto"):
+    """Scaled dot-product attention by tiles, without the ``(n_q, n_k)`` weights.
+
+    Same result as ``scaled_dot_product_attention(Q, K, V, mask)[0]`` (within
+    rounding), in ``O(block_q * block_k + n * d)`` extra memory per thread.
+
+    Args:
+        Q: queries ``(..., n_q, d_k)``.
+        K: keys ``(..., n_k, d_k)``.
+        V: values ``(..., n_k, d_v)``. Q, K and V share their leading dimensions.
+        mask: optional; boolean (True = may attend) or additive float
+            (``-inf`` = blocked), any shape that broadcasts to the scores
+            ``(..., n_q, n_k)`` without enlarging them -- as for the reference.
+        causal: if True, query i attends only to keys ``j <= i`` (PyTorch's
+            ``is_causal``); tiles above the diagonal are skipped, not computed.
+            Combines with ``mask`` (both must allow a key).
+        block_q, block_k: tile size; a tile of scores is ``block_q x block_k``.
+        threads: worker threads; default: as many as OpenBLAS would use (the
+            number of cores unless limited, e.g. by ``OPENBLAS_NUM_THREADS``),
+            but one for small inputs (fewer than ``2**19`` scores per thread).
+            While the call runs, OpenBLAS is held at one thread per product
+            (process-wide: NumPy products in other threads run single-threaded
+            meanwhile). If NumPy's BLAS is not an OpenBLAS whose thread count
+            can be set, one thread is used and BLAS parallelises each product.
+            Each thread keeps its scratch buffers between calls
+            (:func:`release_buffers`).
+        running_max: ``"auto"`` (default) or ``"always"``. The online softmax's
+            running maximum only keeps ``exp`` from overflowing. With
+            ``"auto"`` a tile skips it (and the rescaling) when the bound
+            ``|q.k| <= |q| max|k|`` proves every score small enough for
+            ``exp`` as it is -- the usual case; ``"always"`` uses it everywhere
+            (classic FlashAttention). Additive float masks always use it.
+
+    Returns:
+        ``(..., n_q, d_v)`` in the inputs' dtype. Computation is in float32 for
+        float16/float32 inputs and float64 for float64 inputs. A query whose keys
+        are all masked gets output 0, as in the reference.
+    """
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be True or False, got {describe(causal)}")
+    block_q = _check_block(block_q, "block_q")
+    block_k = _check_block(block_k, "block_k")
+    if threads is not None:
+        threads = positive_int(threads, "threads")
+    if running_max not in ("auto", "always"):
+        raise ValueError(f'running_max must be "auto" or "always", got {describe(running_max)}')
+    auto, threads = threads is None, _effective_threads(threads)
+    with _blas_pinned(threads):
+        Q, K, V = _check_qkv(Q, K, V, finite=False)           # finiteness: in the core
+        score_shape = Q.shape[:-1] + (K.shape[-2],)           # (..., n_q, n_k)
+        if mask is not None:
+            mask = _check_mask(mask, score_shape)
+        out_dtype = np.result_type(Q, K, V)
+        dtype = np.promote_types(out_dtype, np.float32)       # float16 -> float32
+        Q, K, V = (a.astype(dtype, copy=False) for a in (Q, K, V))
+        out = np.empty(Q.shape[:-1] + (V.shape[-1],), dtype)  # (..., n_q, d_v)
+        _flash_core(Q, K, V, out, mask, bool(causal), block_q, block_k, threads, running_max, auto,
+                    check_finite=True)
+    return out.astype(out_dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------
+# Multi-head attention with one fused input projection
+# ---------------------------------------------------------------------------
+class FastMultiHeadAttention:
+    """The forward pass of a :class:`MultiHeadAttention`, with fused projections and the fast core.
+
+    Args:
+        mha: the :class:`~transformer_course.multihead.MultiHeadAttention` whose
+            weights to use. They are packed at construction (a snapshot): after
+            changing ``mha``'s weights, call :meth:`refresh`.
+        dtype: floating dtype of the packed weights; default ``mha.W_Q.dtype``.
+            Use ``np.float32`` for speed.
+        block_q, block_k, threads: as for :func:`flash_attention`; the
+            projections are shared among the same threads.
+
+    Attributes:
+        W_QKV: ``(d_model, 3 d_model)`` = ``[W_Q | W_K | W_V]`` (``X @ W``
+            convention); columns ``i*d_head:(i+1)*d_head`` of each third are head i.
+        b_QKV: ``(3 d_model,)`` or None.
+        W_O: ``(d_model, d_model)``; b_O: ``(d_model,)`` or None.
+    """
+
+    def __init__(self, mha, *, dtype=None, block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K,
+                 threads=None):
+        if not isinstance(mha, MultiHeadAttention):
+            raise TypeError(f"mha must be a transformer_course.MultiHeadAttention, got {describe(mha)}")
+        if dtype is not None:
+            dtype = np.dtype(dtype)
+            if not np.issubdtype(dtype, np.floating):
+                raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+        self.mha, self._dtype = mha, dtype
+        self.block_q = _check_block(block_q, "block_q")
+        self.block_k = _check_block(block_k, "block_k")
+        self.threads = None if threads is None else positive_int(threads, "threads")
+        self.refresh()
+
+    def refresh(self):
+        """Re-pack the weights from ``self.mha``."""
+        mha = self.mha
+        dtype = self._dtype or mha.W_Q.dtype
+        self.d_model, self.n_heads, self.d_head = mha.d_model, mha.n_heads, mha.d_head
+        self.W_QKV = np.concatenate([mha.W_Q, mha.W_K, mha.W_V], axis=1).astype(dtype)  # (d, 3d)
+        self.b_QKV = (None if mha.b_Q is None else
+                      np.concatenate([mha.b_Q, mha.b_K, mha.b_V]).astype(dtype))       # (3d,)
+        self.W_O = np.ascontiguousarray(mha.W_O, dtype=dtype)                           # (d, d)
+        self.b_O = None if mha.b_O is None else mha.b_O.astype(dtype)                   # (d,)
+        return self
+
+    def _project(self, x, cols, threads):
+        """``x @ W_QKV[:, cols] (+ b)``: one GEMM for however many of Q, K, V ``cols`` covers."""
+        b = None if self.b_QKV is None else self.b_QKV[cols]
+        return _linear(x, self.W_QKV[:, cols], b, threads, self.threads is None,
+                       scratch=f"proj{cols.start}")                 # (..., n, width), reused buffer
+
+    def __call__(self, query, key=None, value=None, *, mask=None, key_padding_mask=None,
+                 causal=False):
+        """Attend from ``query`` to ``key``/``value`` (self-attention when they are omitted).
+
+        Args:
+            query: ``(..., n_q, d_model)``.
+            key, value: ``(..., n_k, d_model)``; default to ``query``.
+            mask: optional boolean (True = may attend) or additive float mask
+                broadcastable to ``(..., n_heads, n_q, n_k)``, e.g. ``(n_q, n_k)``.
+            key_padding_mask: optional boolean ``(..., n_k)``, True for real tokens.
+            causal: query i attends only to keys ``j <= i``.
+
+        Returns:
+            ``(..., n_q, d_model)``. No attention weights (that is the point).
+        """
+        query = as_float_array(query, "query", min_ndim=2)
+        key = query if key is None else as_float_array(key, "key", min_ndim=2)
+        value = key if value is None else as_float_array(value, "value", min_ndim=2)
+        d, h, dh = self.d_model, self.n_heads, self.d_head
+        for name, arr in (("query", query), ("key", key), ("value", value)):
+            if arr.shape[-1] != d:
+                raise ValueError(
+                    f"{name} must have last dimension d_model={d}, got shape {arr.shape}"
+                )
+        if key.shape != value.shape:
+            raise ValueError(f"key and value must have the same shape, got {key.shape} and {value.shape}")
+        if query.shape[:-2] != key.shape[:-2]:
+            raise ValueError(
+                f"query and key must have the same leading (batch) dimensions, got {query.shape} and {key.shape}"
+            )
+        *lead, n_q, _ = query.shape
+        n_k = key.shape[-2]
+        if not isinstance(causal, (bool, np.bool_)):
+            raise TypeError(f"causal must be True or False, got {describe(causal)}")
+        combined = None if mask is None else np.asarray(mask)
+        if key_padding_mask is not None:
+            kpm = np.asarray(key_padding_mask)
+            if kpm.dtype != bool:
+                raise TypeError(
+                    f"key_padding_mask must be boolean (True = real token), got {describe(kpm)}"
+                )
+            if kpm.shape != key.shape[:-1]:
+                raise ValueError(
+                    f"key_padding_mask must have shape {key.shape[:-1]} (..., n_k), got {kpm.shape}"
+                )
+            kpm = kpm[..., None, None, :]                              # (..., 1, 1, n_k)
+            if combined is None:
+                combined = kpm
+            elif combined.dtype == bool:
+                combined = combined & kpm
+            else:
+                combined = np.where(kpm, combined, -np.inf)
+        if combined is not None:
+            combined = _check_mask(combined, (*lead, h, n_q, n_k))     # (..., h, n_q, n_k)
+
+        threads = _effective_threads(self.threads)
+        auto = self.threads is None
+        # Big inputs: our threads do everything, projections included, with BLAS held
+        # at one thread throughout (so its own threads never spin beside ours). Small
+        # inputs: the core runs on one thread (see flash_attention); the projections
+        # are then left to BLAS's own threads, which split small products better.
+        ours = threads > 1 and not (auto and math.prod(lead) * h * n_q * n_k
+                                    < _MIN_SCORES_PER_THREAD * threads)
+        lin_threads = threads if ours else 1
+        with _blas_pinned(threads if ours else 1):
+            for name, arr in (("query", query), ("key", key), ("value", value)):
+                _check_finite_fast(arr, name)
+            if key is query and value is query:
+                qkv = self._project(query, slice(0, 3 * d), lin_threads)   # (..., n, 3d): one GEMM
+                qkv = qkv.reshape(*lead, n_q, 3, h, dh)                    # (..., n, 3, h, d_head)
+                q, k, v = (qkv[..., i, :, :] for i in range(3))            # (..., n, h, d_head) views
+            else:
+                q = self._project(query, slice(0, d), lin_threads).reshape(*lead, n_q, h, dh)
+                if value is key:
+                    kv = self._project(key, slice(d, 3 * d), lin_threads)  # (..., n_k, 2d): one GEMM
+                    kv = kv.reshape(*lead, n_k, 2, h, dh)                  # (..., n_k, 2, h, d_head)
+                    k, v = kv[..., 0, :, :], kv[..., 1, :, :]              # (..., n_k, h, d_head)
+                else:
+                    k = self._project(key, slice(d, 2 * d), lin_threads).reshape(*lead, n_k, h, dh)
+                    v = self._project(value, slice(2 * d, 3 * d), lin_threads).reshape(*lead, n_k, h, dh)
+            # (..., n, h, d_head) -> (..., h, n, d_head): strided views, no copies.
+            dtype = np.promote_types(q.dtype, np.float32)
+            q, k, v = (np.swapaxes(a, -2, -3).astype(dtype, copy=False) for a in (q, k, v))
+            concat = _buffer("concat", math.prod(lead) * n_q * d, dtype).reshape(*lead, n_q, d)
+            heads = np.swapaxes(concat.reshape(*lead, n_q, h, dh), -2, -3)  # (..., h, n_q, d_head) view
+            with _blas_pinned(threads if not ours else 1):             # small: one thread, BLAS too
+                _flash_core(q, k, v, heads, combined, bool(causal), self.block_q, self.block_k,
+                            threads if ours else 1)
+            out = _linear(concat, self.W_O, self.b_O, lin_threads)     # (..., n_q, d_model)
+        return out.astype(np.result_type(query, self.W_QKV), copy=False)

@@ -1,0 +1,79 @@
+"""`bench/run.py --quick` runs end to end and prints the table it promises.
+
+The quick run uses small shapes and short timings; the figures themselves are
+not checked (they depend on the machine), only that every expected row and
+column is there, and that a run without PyTorch says what it skipped.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN = os.path.join(ROOT, "bench", "run.py")
+COLUMNS = ["implementation", "shape", "median ms", "GFLOP/s", "% of GEMM peak", "ratio to PyTorch"]
+NUMPY_ROWS = ["NumPy matmul (GEMM)", "NumPy scaled_dot_product_attention (naive)", "NumPy flash_attention",
+              "NumPy MultiHeadAttention (naive)", "NumPy FastMultiHeadAttention"]
+TORCH_ROWS = ["PyTorch matmul (GEMM)", "PyTorch F.scaled_dot_product_attention", "PyTorch nn.MultiheadAttention"]
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def run_quick(tmp_path, *extra, env=None):
+    proc = subprocess.run([sys.executable, RUN, "--quick", "--out", str(tmp_path), *extra],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def table_rows(text):
+    """The markdown table's header and data rows, as lists of cells."""
+    lines = [ln for ln in text.splitlines() if ln.startswith("|") and not ln.startswith("|---")]
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
+    return cells[0], cells[1:]
+
+
+def test_quick_bench_prints_the_full_table(tmp_path):
+    out = run_quick(tmp_path, *([] if HAVE_TORCH else ["--without-torch"]))
+    header, rows = table_rows(out)
+    assert header == COLUMNS
+    labels = [r[0] for r in rows]
+    expected = NUMPY_ROWS + (TORCH_ROWS if HAVE_TORCH else [])
+    for label in expected:
+        assert label in labels, (label, labels)
+    # one core shape and one multi-head shape in the quick run
+    assert labels.count("NumPy flash_attention") == 1
+    assert labels.count("NumPy FastMultiHeadAttention") == 1
+    for r in rows:
+        assert float(r[2]) > 0 and float(r[3]) > 0                   # median ms, GFLOP/s
+        assert r[4] != "—"                                           # % of the peak measured in this run
+        if HAVE_TORCH:
+            assert float(r[5]) > 0                                   # ratio to PyTorch
+    if HAVE_TORCH:
+        torch_ratios = [float(r[5]) for r in rows if r[0].startswith("PyTorch")]
+        assert torch_ratios == [1.0] * len(torch_ratios)
+    assert "Targets:" in out and "memory, n=1024" in out
+    # the files the full run leaves for the README
+    md = (tmp_path / "latest.md").read_text()
+    assert "| implementation | shape | median ms |" in md
+    data = json.loads((tmp_path / "latest.json").read_text())
+    assert {r["implementation"] for r in data["rows"]} >= set(expected)
+    assert (tmp_path / "latest.png").stat().st_size > 10_000
+
+
+def test_quick_bench_without_torch_says_what_it_skipped(tmp_path):
+    # Also: OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are dropped (together) for the workers, and said so.
+    env = dict(os.environ, OPENBLAS_CORETYPE="Haswell", OPENBLAS_L2_SIZE="262144")
+    out = run_quick(tmp_path, "--without-torch", "--no-memory", "--no-plot", env=env)
+    assert "removed from the workers' environment" in out
+    assert "OPENBLAS_CORETYPE" in out and "OPENBLAS_L2_SIZE" in out
+    assert "kernel Haswell" not in out
+    header, rows = table_rows(out)
+    assert header == COLUMNS
+    labels = [r[0] for r in rows]
+    assert set(labels) == set(NUMPY_ROWS)
+    assert "skipping the PyTorch rows" in out
+    for label in TORCH_ROWS:
+        assert label in out.split("skipping the PyTorch rows")[1]       # named among the skipped
+    assert all(r[5] == "—" for r in rows)                               # no ratio without PyTorch
