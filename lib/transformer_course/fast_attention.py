@@ -63,6 +63,7 @@ import threading
 import numpy as np
 
 from ._checks import as_float_array, check_finite, describe, positive_int
+from .masks import combine_with_key_padding
 from .multihead import MultiHeadAttention
 
 __all__ = ["FastMultiHeadAttention", "flash_attention", "release_buffers"]
@@ -718,24 +719,7 @@ class FastMultiHeadAttention:
         n_k = key.shape[-2]
         if not isinstance(causal, (bool, np.bool_)):
             raise TypeError(f"causal must be True or False, got {describe(causal)}")
-        combined = None if mask is None else np.asarray(mask)
-        if key_padding_mask is not None:
-            kpm = np.asarray(key_padding_mask)
-            if kpm.dtype != bool:
-                raise TypeError(
-                    f"key_padding_mask must be boolean (True = real token), got {describe(kpm)}"
-                )
-            if kpm.shape != key.shape[:-1]:
-                raise ValueError(
-                    f"key_padding_mask must have shape {key.shape[:-1]} (..., n_k), got {kpm.shape}"
-                )
-            kpm = kpm[..., None, None, :]                              # (..., 1, 1, n_k)
-            if combined is None:
-                combined = kpm
-            elif combined.dtype == bool:
-                combined = combined & kpm
-            else:
-                combined = np.where(kpm, combined, -np.inf)
+        combined = combine_with_key_padding(mask, key_padding_mask, key.shape)
         if combined is not None:
             combined = _check_mask(combined, (*lead, h, n_q, n_k))     # (..., h, n_q, n_k)
 

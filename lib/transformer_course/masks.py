@@ -49,3 +49,36 @@ def padding_mask(lengths, n: int) -> np.ndarray:
     if (arr < 1).any() or (arr > n).any():
         raise ValueError(f"every length must be between 1 and n={n}, got {arr.tolist()}")
     return np.arange(n)[None, :] < arr[:, None]
+
+
+def combine_with_key_padding(mask, key_padding_mask, key_shape) -> np.ndarray | None:
+    """One mask for per-head scores from an attention mask and a key padding mask.
+
+    Args:
+        mask: None, boolean (True = may attend) or float (additive) attention mask.
+        key_padding_mask: None or boolean ``(..., n_k)``, True for real tokens.
+        key_shape: shape of the keys ``(..., n_k, d_model)``.
+
+    Returns:
+        None, or a mask broadcastable to ``(..., n_heads, n_q, n_k)``: the padding becomes
+        False (boolean mask) or ``-inf`` (float mask). Other mask dtypes are passed on
+        unchanged, for the attention to refuse with its own message.
+    """
+    combined = None if mask is None else np.asarray(mask)
+    if key_padding_mask is None:
+        return combined
+    kpm = np.asarray(key_padding_mask)
+    if kpm.dtype != bool:
+        raise TypeError(f"key_padding_mask must be boolean (True = real token), got {describe(kpm)}")
+    if kpm.shape != tuple(key_shape[:-1]):
+        raise ValueError(
+            f"key_padding_mask must have shape {tuple(key_shape[:-1])} (..., n_k), got {kpm.shape}"
+        )
+    kpm = kpm[..., None, None, :]                                  # (..., 1, 1, n_k)
+    if combined is None:
+        return kpm
+    if combined.dtype == bool:
+        return combined & kpm
+    if np.issubdtype(combined.dtype, np.floating):
+        return np.where(kpm, combined, -np.inf)
+    return combined

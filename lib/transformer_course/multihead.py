@@ -20,10 +20,10 @@ from ._checks import (
     check_matrix,
     check_rng,
     check_vector,
-    describe,
     positive_int,
 )
 from .attention import scaled_dot_product_attention
+from .masks import combine_with_key_padding
 
 
 def split_heads(x, n_heads: int) -> np.ndarray:
@@ -151,25 +151,7 @@ class MultiHeadAttention:
         k = split_heads(self._project(key, self.W_K, self.b_K), self.n_heads)    # (..., h, n_k, d_head)
         v = split_heads(self._project(value, self.W_V, self.b_V), self.n_heads)  # (..., h, n_k, d_head)
 
-        combined = None if mask is None else np.asarray(mask)
-        if key_padding_mask is not None:
-            kpm = np.asarray(key_padding_mask)
-            if kpm.dtype != bool:
-                raise TypeError(
-                    f"key_padding_mask must be boolean (True = real token), got {describe(kpm)}"
-                )
-            if kpm.shape != key.shape[:-1]:
-                raise ValueError(
-                    f"key_padding_mask must have shape {key.shape[:-1]} (..., n_k), got {kpm.shape}"
-                )
-            kpm = kpm[..., None, None, :]                                      # (..., 1, 1, n_k)
-            if combined is None:
-                combined = kpm
-            elif combined.dtype == bool:
-                combined = combined & kpm
-            elif np.issubdtype(combined.dtype, np.floating):
-                combined = np.where(kpm, combined, -np.inf)
-            # any other mask dtype is left as is: scaled_dot_product_attention refuses it
+        combined = combine_with_key_padding(mask, key_padding_mask, key.shape)
         heads, weights = scaled_dot_product_attention(q, k, v, mask=combined)  # (..., h, n_q, d_head)
         concat = merge_heads(heads)                                            # (..., n_q, d_model)
         return self._project(concat, self.W_O, self.b_O), weights
