@@ -39,16 +39,8 @@ def _mask_scores(scores: np.ndarray, mask) -> np.ndarray:
     return scores + mask.astype(scores.dtype, copy=False)
 
 
-def attention_scores(Q, K) -> np.ndarray:
-    """Scaled scores ``Q K^T / sqrt(d_k)``.
-
-    Args:
-        Q: queries ``(..., n_q, d_k)``.
-        K: keys ``(..., n_k, d_k)``.
-
-    Returns:
-        ``(..., n_q, n_k)``: entry ``[i, j]`` says how well query i matches key j.
-    """
+def _check_qk(Q, K):
+    """Q ``(..., n_q, d_k)`` and K ``(..., n_k, d_k)`` as float arrays with matching d_k and batch."""
     Q = as_float_array(Q, "Q", min_ndim=2)
     K = as_float_array(K, "K", min_ndim=2)
     if Q.shape[-1] != K.shape[-1]:
@@ -59,6 +51,40 @@ def attention_scores(Q, K) -> np.ndarray:
         raise ValueError(
             f"Q and K must have the same leading (batch) dimensions, got Q {Q.shape} and K {K.shape}"
         )
+    return Q, K
+
+
+def check_qkv(Q, K, V):
+    """Shape checks shared by every attention: returns Q, K, V as float arrays.
+
+    Q ``(..., n_q, d_k)``, K ``(..., n_k, d_k)``, V ``(..., n_k, d_v)``, one batch shape.
+    (Finiteness is checked by the caller, each in its own way.)
+    """
+    Q, K = _check_qk(Q, K)
+    V = as_float_array(V, "V", min_ndim=2)
+    if K.shape[-2] != V.shape[-2]:
+        raise ValueError(
+            "K and V must have the same number of positions n_k (axis -2), "
+            f"got K {K.shape} and V {V.shape}"
+        )
+    if K.shape[:-2] != V.shape[:-2]:
+        raise ValueError(
+            f"K and V must have the same leading (batch) dimensions, got K {K.shape} and V {V.shape}"
+        )
+    return Q, K, V
+
+
+def attention_scores(Q, K) -> np.ndarray:
+    """Scaled scores ``Q K^T / sqrt(d_k)``.
+
+    Args:
+        Q: queries ``(..., n_q, d_k)``.
+        K: keys ``(..., n_k, d_k)``.
+
+    Returns:
+        ``(..., n_q, n_k)``: entry ``[i, j]`` says how well query i matches key j.
+    """
+    Q, K = _check_qk(Q, K)
     d_k = Q.shape[-1]
     dtype = np.result_type(Q, K)
     # (..., n_q, d_k) @ (..., d_k, n_k) -> (..., n_q, n_k)
@@ -82,18 +108,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
         ``(..., n_q, n_k)`` whose rows sum to 1. A query whose keys are all
         masked gets weights 0 and output 0 (as PyTorch's SDPA does), not NaN.
     """
-    Q = as_float_array(Q, "Q", min_ndim=2)
-    K = as_float_array(K, "K", min_ndim=2)
-    V = as_float_array(V, "V", min_ndim=2)
-    if K.shape[-2] != V.shape[-2]:
-        raise ValueError(
-            "K and V must have the same number of positions n_k (axis -2), "
-            f"got K {K.shape} and V {V.shape}"
-        )
-    if K.shape[:-2] != V.shape[:-2]:
-        raise ValueError(
-            f"K and V must have the same leading (batch) dimensions, got K {K.shape} and V {V.shape}"
-        )
+    Q, K, V = check_qkv(Q, K, V)
     for name, arr in (("Q", Q), ("K", K), ("V", V)):
         check_finite(arr, name)
     scores = attention_scores(Q, K)              # (..., n_q, n_k)

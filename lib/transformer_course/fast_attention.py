@@ -63,6 +63,7 @@ import threading
 import numpy as np
 
 from ._checks import as_float_array, check_finite, describe, positive_int
+from .attention import check_qkv
 from .masks import combine_with_key_padding
 from .multihead import MultiHeadAttention
 
@@ -239,26 +240,7 @@ def _linear(x, W, b, threads: int, auto: bool = True, scratch=None):
 # Argument checks
 # ---------------------------------------------------------------------------
 def _check_qkv(Q, K, V, finite=True):
-    Q = as_float_array(Q, "Q", min_ndim=2)
-    K = as_float_array(K, "K", min_ndim=2)
-    V = as_float_array(V, "V", min_ndim=2)
-    if Q.shape[-1] != K.shape[-1]:
-        raise ValueError(
-            f"Q and K must have the same last dimension d_k, got Q {Q.shape} and K {K.shape}"
-        )
-    if Q.shape[:-2] != K.shape[:-2]:
-        raise ValueError(
-            f"Q and K must have the same leading (batch) dimensions, got Q {Q.shape} and K {K.shape}"
-        )
-    if K.shape[-2] != V.shape[-2]:
-        raise ValueError(
-            "K and V must have the same number of positions n_k (axis -2), "
-            f"got K {K.shape} and V {V.shape}"
-        )
-    if K.shape[:-2] != V.shape[:-2]:
-        raise ValueError(
-            f"K and V must have the same leading (batch) dimensions, got K {K.shape} and V {V.shape}"
-        )
+    Q, K, V = check_qkv(Q, K, V)
     if K.shape[-2] == 0 or K.shape[-1] == 0:
         raise ValueError(
             f"K must have at least one position and one feature (n_k, d_k >= 1), got K {K.shape}"
