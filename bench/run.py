@@ -49,6 +49,10 @@ ROOT = os.path.dirname(HERE)
 CORE_SHAPES = [(8, 8, 512, 64), (1, 12, 128, 32), (1, 8, 2048, 64)]
 MHA_SHAPES = [(8, 512, 512, 8), (1, 128, 384, 12), (1, 2048, 512, 8)]
 GEMM_N = 2048
+# Also timed with one thread on each side (OPENBLAS_NUM_THREADS=1 / OMP_NUM_THREADS=1):
+# the small shapes, where the threads' hand-offs decide (informative rows, no target).
+ONE_THREAD = [("core", (1, 12, 128, 32)), ("mha", (1, 128, 384, 12))]
+QUICK_ONE_THREAD = [("core", (2, 4, 128, 32))]
 QUICK_CORE = [(2, 4, 128, 32)]
 QUICK_MHA = [(2, 64, 128, 4)]
 QUICK_GEMM_N = 256
@@ -77,23 +81,35 @@ IMPLS = {
 # Helpers shared with the workers (keep this part free of NumPy and PyTorch).
 # ---------------------------------------------------------------------------
 def parse_case(text: str):
-    """``"core:8,8,512,64"`` -> ``("core", (8, 8, 512, 64))``."""
+    """``"core:8,8,512,64"`` -> ``("core", (8, 8, 512, 64))`` (a thread suffix ``@1t`` is
+    dropped: the driver sets the thread count through the environment)."""
     kind, _, dims = text.partition(":")
-    return kind, tuple(int(x) for x in dims.split(","))
+    return kind, tuple(int(x) for x in dims.partition("@")[0].split(","))
 
 
-def case_name(kind: str, shape) -> str:
-    return f"{kind}:{','.join(str(s) for s in shape)}"
+def case_name(kind: str, shape, threads=None) -> str:
+    return f"{kind}:{','.join(str(s) for s in shape)}" + (f"@{threads}t" if threads else "")
 
 
-def describe_shape(kind: str, shape) -> str:
+def describe_shape(kind: str, shape, threads=None) -> str:
+    suffix = "" if not threads else f", {threads} thread" + ("s" if threads > 1 else "")
     if kind == "core":
         b, h, n, d = shape
-        return f"b={b} h={h} n={n} d={d}"
+        return f"b={b} h={h} n={n} d={d}{suffix}"
     if kind == "mha":
         b, n, d_model, h = shape
-        return f"b={b} n={n} d_model={d_model} h={h}"
-    return f"{shape[0]}x{shape[0]}x{shape[0]}"
+        return f"b={b} n={n} d_model={d_model} h={h}{suffix}"
+    return f"{shape[0]}x{shape[0]}x{shape[0]}{suffix}"
+
+
+def thread_env(env, threads):
+    """``env`` with every thread pool (OpenBLAS, OpenMP, MKL) held at ``threads``; unchanged for None."""
+    if not threads:
+        return env
+    env = dict(env)
+    for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[k] = str(threads)
+    return env
 
 
 def flops(kind: str, shape) -> float:
@@ -238,7 +254,8 @@ def cpu_note(results) -> str:
     """How much of the machine the workers had: CPU time / wall time while timing (2 = both cores)."""
     parts = []
     for family, worker in (("NumPy", "numpy"), ("PyTorch", "torch")):
-        vals = [v for (name, impl, w), r in results.items() if w == worker and not name.startswith("gemm:")
+        vals = [v for (name, impl, w), r in results.items()
+                if w == worker and not name.startswith("gemm:") and "@" not in name
                 for v in r.get("cpu_per_wall", []) if v is not None]
         if vals:
             parts.append(f"{family} workers {statistics.median(vals):.2f} (min {min(vals):.2f})")
@@ -252,8 +269,8 @@ def cpu_note(results) -> str:
 def build_rows(results, cases, peak):
     """One dict per (case, implementation) with the table's numbers."""
     rows = []
-    for kind, shape in cases:
-        name = case_name(kind, shape)
+    for kind, shape, threads in cases:
+        name = case_name(kind, shape, threads)
         torch_ms = None
         for label, worker, impl, role in IMPLS[kind]:
             r = results.get((name, impl, worker))
@@ -266,11 +283,12 @@ def build_rows(results, cases, peak):
             ms = statistics.median(r["medians"]) * 1e3
             gflops = flops(kind, shape) / (ms * 1e-3) / 1e9
             rows.append({
-                "implementation": label, "kind": kind, "role": role, "shape": describe_shape(kind, shape),
-                "case": name, "median_ms": ms, "gflops": gflops,
+                "implementation": label, "kind": kind, "role": role,
+                "shape": describe_shape(kind, shape, threads), "threads": threads, "case": name, "median_ms": ms, "gflops": gflops,
                 "pct_peak": None if not peak else 100.0 * gflops / peak,
                 "ratio_to_torch": None if torch_ms is None else ms / torch_ms,
                 "process_medians_ms": [m * 1e3 for m in r["medians"]],
+                "worker_threads": sorted(set(r.get("threads_seen", [])), key=str),   # as the workers saw it
             })
     return rows
 
@@ -296,7 +314,7 @@ def targets(rows, memory) -> list:
     """Lines saying which of the issue's targets are met."""
     out = []
     for r in rows:
-        if r["role"] == "fast" and r["kind"] in TARGET_RATIO:
+        if r["role"] == "fast" and r["kind"] in TARGET_RATIO and not r.get("threads"):
             limit = TARGET_RATIO[r["kind"]]
             if r["ratio_to_torch"] is None:
                 out.append(f"- {r['implementation']} {r['shape']}: no PyTorch figure (skipped)")
@@ -375,6 +393,9 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="directory for latest.md/.json/.png "
                                                 "(default bench/results; --quick writes only with --out)")
     p.add_argument("--without-torch", action="store_true", help="behave as if PyTorch were not installed")
+    p.add_argument("--only", action="append", default=[], metavar="CASE",
+                   help='run only the cases whose name contains CASE, e.g. "core:1,12,128,32" or "mha:" '
+                        "(repeatable; the GEMM row always runs; writes only with --out)")
     p.add_argument("--no-memory", action="store_true", help="skip the memory check")
     p.add_argument("--no-plot", action="store_true", help="do not write the plot")
     p.add_argument("--wait-idle", type=float, default=None,
@@ -387,17 +408,25 @@ def main(argv=None):
     seconds = args.seconds or (0.05 if quick else 0.5)
     wait_idle = args.wait_idle if args.wait_idle is not None else (0.0 if quick else 3.0)
     wait_budget = 30.0
-    out_dir = args.out or (None if quick else os.path.join(HERE, "results"))
+    out_dir = args.out or (None if quick or args.only else os.path.join(HERE, "results"))
     core_shapes, mha_shapes = (QUICK_CORE, QUICK_MHA) if quick else (CORE_SHAPES, MHA_SHAPES)
     gemm_n = QUICK_GEMM_N if quick else GEMM_N
-    cases = [("gemm", (gemm_n,))] + [("core", s) for s in core_shapes] + [("mha", s) for s in mha_shapes]
+    one_thread = QUICK_ONE_THREAD if quick else ONE_THREAD
+    # (kind, shape, threads): threads None = all the machine's; 1 = one on each side.
+    cases = ([("gemm", (gemm_n,), None)] + [("core", s, None) for s in core_shapes]
+             + [("mha", s, None) for s in mha_shapes] + [(k, s, 1) for k, s in one_thread])
+    if args.only:
+        every = cases[1:]
+        cases = [c for c in cases if c[0] == "gemm" or any(o in case_name(*c) for o in args.only)]
+        if len(cases) == 1:
+            p.error(f"--only {args.only} matches no case; cases: " + ", ".join(case_name(*c) for c in every))
 
     env, removed = worker_env()
     have_torch = torch_available() and not args.without_torch
     skipped = []
     if not have_torch:
         why = "--without-torch" if args.without_torch else "PyTorch is not importable"
-        skipped = [f"{label} ({describe_shape(kind, shape)})" for kind, shape in cases
+        skipped = [f"{label} ({describe_shape(kind, shape, threads)})" for kind, shape, threads in cases
                    for label, worker, impl, role in IMPLS[kind] if worker == "torch"]
         print(f"skipping the PyTorch rows ({why}): " + "; ".join(skipped), flush=True)
     if removed:
@@ -407,9 +436,10 @@ def main(argv=None):
     load_before = load_average()
     results, infos = {}, {}
     for rep in range(reps):
-        for kind, shape in cases:
-            name = case_name(kind, shape)
-            impls = [i for i in IMPLS[kind] if i[1] == "numpy" or have_torch]
+        for kind, shape, threads in cases:
+            name = case_name(kind, shape, threads)
+            impls = [i for i in IMPLS[kind] if (i[1] == "numpy" or have_torch)
+                     and not (threads and i[3] == "naive")]        # one-thread rows: fast vs torch
             shift = rep % len(impls)
             for label, worker, impl, role in impls[shift:] + impls[:shift]:   # rotate the order
                 r = results.setdefault((name, impl, worker), {"medians": [], "cpu_per_wall": [], "idle": []})
@@ -421,17 +451,20 @@ def main(argv=None):
                     idle = wait_for_idle(min(wait_idle, wait_budget))
                     wait_budget -= time.perf_counter() - t_wait
                 try:
-                    res = run_worker(worker, impl, name, seconds, env)
+                    res = run_worker(worker, impl, name, seconds, thread_env(env, threads))
                 except (RuntimeError, subprocess.TimeoutExpired) as exc:
                     if worker == "torch":
-                        skipped.append(f"{label} ({describe_shape(kind, shape)}): {str(exc).splitlines()[-1]}")
+                        skipped.append(f"{label} ({describe_shape(kind, shape, threads)}): "
+                                       f"{str(exc).splitlines()[-1]}")
                         r["failed"] = True
                         continue
                     raise
                 r["medians"].append(statistics.median(res["times"]))
                 r["cpu_per_wall"].append(res.get("cpu_per_wall"))
                 r["idle"].append(idle)
-                infos[worker] = res.get("info", {})
+                r.setdefault("threads_seen", []).append(res.get("info", {}).get("threads"))
+                if not threads:
+                    infos[worker] = res.get("info", {})
         print(f"  round {rep + 1}/{reps} done ({time.perf_counter() - t_start:.0f} s)", flush=True)
 
     gemm = [statistics.median(r["medians"]) for (name, impl, worker), r in results.items()

@@ -42,9 +42,14 @@ def test_quick_bench_prints_the_full_table(tmp_path):
     expected = NUMPY_ROWS + (TORCH_ROWS if HAVE_TORCH else [])
     for label in expected:
         assert label in labels, (label, labels)
-    # one core shape and one multi-head shape in the quick run
-    assert labels.count("NumPy flash_attention") == 1
+    # one core shape and one multi-head shape in the quick run, and the core again on one thread
+    shapes = [r[1] for r in rows if r[0] == "NumPy flash_attention"]
+    assert shapes == ["b=2 h=4 n=128 d=32", "b=2 h=4 n=128 d=32, 1 thread"], shapes
     assert labels.count("NumPy FastMultiHeadAttention") == 1
+    one_thread = [r for r in rows if r[1].endswith(", 1 thread")]
+    assert [r[0] for r in one_thread] == ["NumPy flash_attention"] + (
+        ["PyTorch F.scaled_dot_product_attention"] if HAVE_TORCH else [])   # no naive row there
+    assert "1 thread" not in out.split("Targets:")[1].split("Conditions:")[0]   # informative, no target
     for r in rows:
         assert float(r[2]) > 0 and float(r[3]) > 0                   # median ms, GFLOP/s
         assert r[4] != "—"                                           # % of the peak measured in this run
@@ -59,6 +64,10 @@ def test_quick_bench_prints_the_full_table(tmp_path):
     assert "| implementation | shape | median ms |" in md
     data = json.loads((tmp_path / "latest.json").read_text())
     assert {r["implementation"] for r in data["rows"]} >= set(expected)
+    for r in data["rows"]:                     # the one-thread rows really ran on one thread
+        assert r["worker_threads"] == ([1] if r["threads"] == 1 else [r["worker_threads"][0]]), r
+        if r["threads"] is None and r["kind"] != "gemm":
+            assert r["worker_threads"] != [1] or os.cpu_count() == 1, r
     assert (tmp_path / "latest.png").stat().st_size > 10_000
 
 

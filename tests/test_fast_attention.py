@@ -100,6 +100,23 @@ def test_large_scores_do_not_overflow(rng):
     np.testing.assert_allclose(out, naive(Q, K, V), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shift", [-70.0, -30.0, 30.0, 60.0])
+def test_scores_far_from_zero_stay_exact(rng, shift):
+    # Every score near `shift` (natural units; float32's exp over- or underflows near +-88,
+    # and 2^-60 is the smallest row sum the fast path accepts): whichever path is taken,
+    # the result must equal the reference within float32 rounding.
+    d = 16
+    Q, K, V = qkv(rng, (2,), 20, 50, d, 4)
+    u = np.ones(d) / np.sqrt(d)
+    K = K * 0.3 + u * np.sqrt(np.sqrt(d) * abs(shift))            # q.k / sqrt(d) ~ shift
+    Q = Q * 0.3 + np.sign(shift) * u * np.sqrt(np.sqrt(d) * abs(shift))
+    ref = naive(Q, K, V)
+    out32 = flash_attention(*(a.astype(np.float32) for a in (Q, K, V)), block_q=8, block_k=16)
+    assert np.isfinite(out32).all()
+    np.testing.assert_allclose(out32, ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(flash_attention(Q, K, V, block_q=8, block_k=16), ref, **F64)
+
+
 def test_float16_in_float16_out(rng):
     Q, K, V = qkv(rng, (2,), 10, 12, 8, 8, dtype=np.float16)
     out = flash_attention(Q, K, V, block_k=5)
@@ -226,6 +243,42 @@ def test_property_random_shapes_tiles_and_masks(n_q, n_k, d, bq, bk, causal, mas
 def test_bad_inputs_raise_clear_errors(args, kwargs, exc, match):
     with pytest.raises(exc, match=match):
         flash_attention(*args, **kwargs)
+
+
+# NaN or inf where the fast path could hide it: at masked keys, in fully masked rows,
+# in a key whose -inf only meets queries of one sign, in one value among many.
+def _bad(rng, where):
+    Q, K, V = qkv(rng, (2,), 12, 40, 4, 3)
+    Q = np.abs(Q)                                         # every query positive in every feature
+    mask = np.ones((2, 12, 40), dtype=bool)
+    mask[:, :, 7] = False                                 # key 7 masked for everyone
+    mask[1, 5] = False                                    # query 5 of batch 1 sees nothing
+    if where == "K at a masked key":
+        K[0, 7, 2] = np.nan
+    elif where == "K = -inf meeting positive queries":
+        K[1, 30, 1] = -np.inf
+    elif where == "Q in a fully masked row":
+        Q[1, 5, 0] = np.nan
+    elif where == "Q = +inf":
+        Q[0, 3, 3] = np.inf
+    elif where == "V at a masked key":
+        V[0, 7, 1] = np.inf
+    elif where == "V once":
+        V[1, 33, 2] = np.nan
+    return (Q, K, V), mask
+
+
+@pytest.mark.parametrize("where", ["K at a masked key", "K = -inf meeting positive queries",
+                                   "Q in a fully masked row", "Q = +inf", "V at a masked key", "V once"])
+@pytest.mark.parametrize("running_max", ["auto", "always"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_non_finite_inputs_are_refused_wherever_they_hide(rng, where, running_max, threads):
+    (Q, K, V), mask = _bad(rng, where)
+    name = where[0]
+    for use_mask in (True, False):
+        with pytest.raises(ValueError, match=rf"{name} contains (NaN|\+inf|-inf)"):
+            flash_attention(Q, K, V, mask if use_mask else None, block_q=4, block_k=8,
+                            running_max=running_max, threads=threads)
 
 
 # -- fused multi-head attention ----------------------------------------------------

@@ -28,15 +28,12 @@ def as_float_array(x, name: str, *, min_ndim: int = 1) -> np.ndarray:
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"{name} must be a real-valued array, got {describe(x)}")
     arr = np.asarray(x)
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.floating)
-        or np.issubdtype(arr.dtype, np.integer)
-        or arr.dtype == bool
-    ):
+    kind = arr.dtype.kind          # f: floating, i/u: integer, b: bool; the rest is refused
+    if kind not in "fiub":
         raise TypeError(
             f"{name} must be a real-valued numeric array, got {describe(x)}"
         )
-    if not np.issubdtype(arr.dtype, np.floating):
+    if kind != "f":
         arr = arr.astype(np.float64)
     if arr.ndim < min_ndim:
         raise ValueError(
@@ -59,6 +56,8 @@ def check_finite(arr: np.ndarray, name: str, *, allow_neg_inf: bool = False) -> 
 
 def positive_int(value, name: str) -> int:
     """Return ``value`` as an int, requiring a positive integer (bools refused)."""
+    if type(value) is int and value > 0:                 # the common case, quickly
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be a positive integer, got {describe(value)}")
     if value <= 0:

@@ -23,12 +23,16 @@ per tile, not per element. What makes it fast in NumPy:
 * **exp2, not exp.** ``log2(e)/sqrt(d_k)`` is folded into each block of queries,
   so the scores come out of the product in log2 units and ``np.exp2`` (about
   1.6x faster than ``np.exp``) needs no extra multiplication.
-* **No running maximum when it is provably not needed.** The maximum is only
-  there to keep ``exp`` from overflowing. Before the loop, ``|q . k| <= |q| max|k|``
-  (Cauchy-Schwarz) bounds every score of a query block; when the bound is small
-  (``2^40`` is far from float32's limits) the tile is just ``exp2(scores)`` -- no
-  max, no subtraction, no rescaling. Otherwise (large activations, additive
-  masks, ``running_max="always"``) the classic online softmax above runs.
+* **No running maximum unless it is needed.** The maximum is only there to
+  keep ``exp`` from overflowing (and a whole row from underflowing). So each
+  block of queries is first computed without it -- the tile is just
+  ``exp2(scores)``: no max, no subtraction, no rescaling -- and the result is
+  checked afterwards (every row sum finite and not tiny, every output finite),
+  which costs a few reductions of the small per-query arrays instead of a pass
+  over Q and K beforehand. The rare block that fails (huge activations, a row
+  with every key masked, NaN or inf in the inputs) is redone with the classic
+  online softmax above; additive masks and ``running_max="always"`` use it
+  from the start.
 * **Sums by BLAS.** Row sums of a tile are a matrix-vector product with a vector
   of ones (about 3x faster than ``np.sum``); tiles are stored keys-by-queries so K and
   Q enter the products as they are, without transposed copies.
@@ -239,15 +243,13 @@ def _linear(x, W, b, threads: int, auto: bool = True, scratch=None):
 # ---------------------------------------------------------------------------
 # Argument checks
 # ---------------------------------------------------------------------------
-def _check_qkv(Q, K, V, finite=True):
+def _check_qkv(Q, K, V):
+    """Types and shapes (finiteness is checked by the core, see :func:`_flash_core`)."""
     Q, K, V = check_qkv(Q, K, V)
     if K.shape[-2] == 0 or K.shape[-1] == 0:
         raise ValueError(
             f"K must have at least one position and one feature (n_k, d_k >= 1), got K {K.shape}"
         )
-    if finite:
-        for name, arr in (("Q", Q), ("K", K), ("V", V)):
-            _check_finite_fast(arr, name)
     return Q, K, V
 
 
@@ -304,15 +306,32 @@ def _check_block(value, name):
 # The core
 # ---------------------------------------------------------------------------
 class _Tiles:
-    """Everything a worker thread needs: the inputs as ``(outer..., inner, n, d)`` views."""
+    """Everything a worker thread needs: the inputs as ``(outer..., inner, n, d)`` views.
 
-    def __init__(self, Q, K, V, out, mask, causal, block_q, block_k):
+    ``direct``: try each item without the running maximum first (see
+    :meth:`_Worker._direct`). ``deferred``: names of inputs whose finiteness is not
+    known yet (``"Q"``, ``"V"``). They are checked once, before the first item that
+    needs the online softmax: the direct path's own check fails on any NaN or inf in
+    Q or V (a non-finite q makes its whole row of sums 0, inf or NaN; p @ v carries a
+    NaN or inf of V, even where p = 0), so an item that passed it saw finite ones."""
+
+    def __init__(self, Q, K, V, out, mask, causal, block_q, block_k, direct, deferred=()):
         self.Q, self.K, self.V, self.out = Q, K, V, out      # (outer..., inner, n, d)
         self.mask, self.causal, self.dtype = mask, causal, Q.dtype
         self.bq, self.bk = block_q, block_k
         self.n_q, self.n_k, self.d_k, self.d_v = Q.shape[-2], K.shape[-2], Q.shape[-1], V.shape[-1]
         # Scores come out of the product already in log2 units: s * log2(e) / sqrt(d_k).
         self.c = _LOG2E / math.sqrt(self.d_k)
+        self.direct, self._deferred = direct, list(deferred)
+
+    def before_online(self):
+        """Raise the precise error if a deferred input holds NaN or inf (checked once per call)."""
+        while True:
+            try:
+                name = self._deferred.pop(0)        # atomic: two threads never check twice
+            except IndexError:
+                return
+            _check_finite_fast(getattr(self, name), name)
 
     def mask_block(self, o, h0, h1, i0, i1, j0, j1):
         """The mask for heads h0:h1, queries i0:i1, keys j0:j1 (size-1 axes kept for broadcasting)."""
@@ -330,9 +349,10 @@ _MIN_SCORES_PER_THREAD = 1 << 19
 # And below this many multiply-adds per thread, a product is not worth splitting.
 _MIN_MACS_PER_THREAD = 1 << 22
 
-# |score| bound (log2 units) below which no running maximum is needed:
-# 2^40 and 2^-40 are far inside float32's range (2^+-126), 2^400 inside float64's.
-_DIRECT_LIMIT = {4: 40.0, 8: 400.0}
+# Smallest row sum the direct path accepts (see _Worker._direct): p below the
+# smallest normal number (2^-126 in float32, 2^-1022 in float64) then weighs
+# less than n_k 2^-66 (2^-422) of the row.
+_DIRECT_MIN_SUM = {4: 2.0 ** -60, 8: 2.0 ** -600}
 
 
 _LOCAL = threading.local()   # per thread: the scratch buffers, reused across calls
@@ -356,12 +376,31 @@ def _buffer(name: str, size: int, dtype) -> np.ndarray:
     return buf[:size]
 
 
+def _scratch(G, r, c, d_k, d_v, dtype):
+    """This thread's buffers for tiles of G heads x r queries x c keys (cached per shape)."""
+    key = (_GENERATION[0], G, r, c, d_k, d_v, dtype)
+    cached = getattr(_LOCAL, "scratch", None)          # (key, buffers): the last shape only
+    if cached is None or cached[0] != key:
+        buffers = (
+            _buffer("S", G * c * r, dtype),            # flat; viewed as (G, keys, queries) per tile
+            _buffer("qs", G * r * d_k, dtype),         # c Q for the current query block
+            _buffer("acc", G * r * d_v, dtype),        # running sum of p * v
+            _buffer("pv", G * r * d_v, dtype),         # one tile's p @ v
+            _buffer("l", G * r, dtype),                # running sum of p
+            _buffer("lt", G * r, dtype),               # one tile's sum of p
+            np.ones(c, dtype),                         # sums as a vector-matrix product
+            np.finfo(dtype).tiny, _DIRECT_MIN_SUM[np.dtype(dtype).itemsize])
+        cached = _LOCAL.scratch = (key, buffers)
+    return cached[1]
+
+
 def release_buffers() -> None:
     """Let go of the scratch buffers each thread keeps between calls of
     :func:`flash_attention` (about ``block_q * block_k`` scores per thread:
     1 MiB in float32 at the default tiles). They are freed by their thread's
-    next call (or when the thread ends)."""
+    next call (or when the thread ends); the calling thread's at once."""
     _GENERATION[0] += 1
+    _LOCAL.__dict__.clear()
 
 
 class _Worker:
@@ -377,22 +416,15 @@ class _Worker:
 
     def __init__(self, t: _Tiles, G: int):
         r, c = min(t.bq, t.n_q), min(t.bk, t.n_k)
-        dt = t.dtype
         self.t = t
-        self.S = _buffer("S", G * c * r, dt)           # flat; viewed as (G, keys, queries) per tile
-        self.qs = _buffer("qs", G * r * t.d_k, dt)     # c Q for the current query block
-        self.acc = _buffer("acc", G * r * t.d_v, dt)   # running sum of p * v
-        self.pv = _buffer("pv", G * r * t.d_v, dt)     # one tile's p @ v
-        self.l = _buffer("l", G * r, dt)               # running sum of p
-        self.lt = _buffer("lt", G * r, dt)             # one tile's sum of p
-        self.ones = _buffer("ones", c, dt)             # sums as a vector-matrix product
-        self.ones.fill(1)
-        self.tiny = np.finfo(dt).tiny
+        (self.S, self.qs, self.acc, self.pv, self.l, self.lt, self.ones, self.tiny,
+         self.l_min) = _scratch(G, r, c, t.d_k, t.d_v, t.dtype)
+
 
     def run(self, item):
         """One work item: heads h0:h1 x queries i0:i1 against every key they may see."""
         t = self.t
-        o, h0, h1, i0, i1, direct = item
+        o, h0, h1, i0, i1 = item
         G, r = h1 - h0, i1 - i0
         K = t.K[o][h0:h1]                                              # (G, n_k, d_k) view
         V = t.V[o][h0:h1]                                              # (G, n_k, d_v) view
@@ -403,11 +435,13 @@ class _Worker:
         l = self.l[:G * r].reshape(G, r)                               # (G, r)
         # Causal: query i sees keys j <= i, so keys from i1 on are never needed.
         k_end = min(t.n_k, i1) if t.causal else t.n_k
-        if not (direct and self._direct(o, h0, h1, i0, i1, k_end, K, V, qT, acc, l)):
+        if not (t.direct and self._direct(o, h0, h1, i0, i1, k_end, K, V, qT, acc, l)):
+            t.before_online()                                          # NaN/inf in Q or V? raise
             self._online(o, h0, h1, i0, i1, k_end, K, V, qT, acc, l)
-        # A row with no key at all has l = 0 and acc = 0: output 0, as the reference.
-        np.maximum(l, self.tiny, out=l)
-        np.divide(acc, l[:, :, None], out=t.out[o][h0:h1, i0:i1])
+            # A row with no key at all has l = 0 and acc = 0: output 0, as the reference.
+            np.maximum(l, self.tiny, out=l)
+        np.reciprocal(l, out=l)                                        # one division per query,
+        np.multiply(acc, l[:, :, None], out=t.out[o][h0:h1, i0:i1])    # not one per output
 
     def _scores(self, o, h0, h1, i0, i1, j0, j1, K, qT):
         """One transposed tile of scores, log2 units, masked entries -inf: ``(G, j1 - j0, r)``."""
@@ -427,24 +461,34 @@ class _Worker:
         return S
 
     def _direct(self, o, h0, h1, i0, i1, k_end, K, V, qT, acc, l):
-        """Scores are bounded: p = 2^s needs no running maximum and no rescaling."""
+        """p = 2^s with no running maximum and no rescaling, then a check that it was safe.
+
+        The maximum only keeps 2^s from overflowing (and whole rows from
+        underflowing). Instead of bounding the scores beforehand, the result is
+        checked: every sum ``l`` finite and at least ``2^-60`` (float32; ``2^-600``
+        for float64) and every ``acc`` finite. Then no p overflowed, and the p that
+        underflowed to 0 or lost digits (below ``2^-126``) add up to less than
+        ``n_k 2^-126 / l``, far below rounding. Otherwise -- huge scores or values,
+        a row with every key masked, NaN or inf in V -- False: redo it the safe way.
+        """
         t = self.t
         G, r = h1 - h0, i1 - i0
         lt = self.lt[:G * r].reshape(G, r)
         pv = self.pv[:G * r * t.d_v].reshape(G, r, t.d_v)
-        for j0 in range(0, k_end, t.bk):
-            j1 = min(j0 + t.bk, k_end)
-            S = self._scores(o, h0, h1, i0, i1, j0, j1, K, qT)        # (G, c, r)
-            np.exp2(S, out=S)                                          # p = 2^s, in place
-            P = S.transpose(0, 2, 1)                                   # (G, r, c) view
-            first = j0 == 0
-            np.matmul(self.ones[:j1 - j0], S, out=l if first else lt)  # (G, r) sums over keys
-            np.matmul(P, V[:, j0:j1], out=acc if first else pv)        # (G, r, d_v)
-            if not first:
-                l += lt
-                acc += pv
-        # A huge V can still overflow p @ v: then redo the item the safe way.
-        return bool(np.isfinite(l.sum() + acc.sum()))
+        with np.errstate(over="ignore", invalid="ignore"):          # checked below instead
+            for j0 in range(0, k_end, t.bk):
+                j1 = min(j0 + t.bk, k_end)
+                S = self._scores(o, h0, h1, i0, i1, j0, j1, K, qT)    # (G, c, r)
+                np.exp2(S, out=S)                                      # p = 2^s, in place
+                P = S.transpose(0, 2, 1)                               # (G, r, c) view
+                first = j0 == 0
+                np.matmul(self.ones[:j1 - j0], S, out=l if first else lt)   # (G, r) sums over keys
+                np.matmul(P, V[:, j0:j1], out=acc if first else pv)    # (G, r, d_v)
+                if not first:
+                    l += lt
+                    acc += pv
+            # l >= 0, so a finite total means every l is finite; NaN fails both tests.
+            return bool(np.isfinite(l.sum() + acc.sum()) and l.min() >= self.l_min)
 
     def _online(self, o, h0, h1, i0, i1, k_end, K, V, qT, acc, l):
         """The online softmax: running max m, running sum l, rescaling when m grows."""
@@ -489,24 +533,16 @@ def _plan(n_heads_inner, n_outer, n_q, n_k, bq, bk, n_threads):
     return G
 
 
-def _score_bounds(Q, K, block_q, c):
-    """``|score| <= c |q| max|k|`` (Cauchy-Schwarz), maximised over each block of
-    queries: ``(..., heads, n_query_blocks)``. One pass over Q and K."""
-    k_norm = np.sqrt(np.einsum("...jd,...jd->...j", K, K).max(axis=-1))          # (..., heads)
-    q_norm = np.sqrt(np.einsum("...id,...id->...i", Q, Q))                        # (..., heads, n_q)
-    q_block = np.maximum.reduceat(q_norm, np.arange(0, Q.shape[-2], block_q), axis=-1)
-    return c * q_block * k_norm[..., None]                                        # (..., heads, blocks)
-
-
 def _flash_core(Q, K, V, out, mask, causal, block_q, block_k, threads, running_max="auto",
-                auto=False, check_finite=False):
+                check_finite=False):
     """Run the tiles. Q, K, V, out: validated ``(..., n, d)`` arrays of one float dtype
     (float32 or float64); ``out`` may be a strided view. mask: None or ``(..., n_q, n_k)``
     with as many axes as the scores (size-1 axes broadcast). ``threads``: an int; the
     caller holds BLAS at one thread when it is > 1 (see :func:`_blas_pinned`).
-    ``auto``: the count was not asked for, so small inputs get one thread.
-    ``check_finite``: refuse NaN/inf in Q, K, V -- for Q and K through the score
-    bounds, which pass over them anyway (a non-finite bound triggers the exact check)."""
+    ``check_finite``: refuse NaN/inf in Q, K, V. K is checked here (a NaN at a masked
+    key, or a -inf that only ever meets queries of one sign, would vanish from the
+    scores); Q and V too unless the direct path runs, whose own check covers them
+    (see :class:`_Tiles`)."""
     lead = Q.shape[:-2]
     if len(lead) == 0:                                    # (n, d) -> (1, n, d)
         Q, K, V, out = Q[None], K[None], V[None], out[None]
@@ -514,33 +550,21 @@ def _flash_core(Q, K, V, out, mask, causal, block_q, block_k, threads, running_m
             mask = mask[None]
         lead = (1,)
     outer_shape, inner = lead[:-1], lead[-1]
-    n_q, n_k = Q.shape[-2], K.shape[-2]
+    n_q = Q.shape[-2]
+    # Additive masks may add large positive numbers: they always get the running max.
+    direct = running_max == "auto" and (mask is None or mask.dtype == bool)
     if check_finite:
-        _check_finite_fast(V, "V")
-    if n_q == 0 or inner == 0 or math.prod(outer_shape) == 0 or V.shape[-1] == 0:
-        if check_finite:
-            _check_finite_fast(K, "K")
-        return out
-    if auto and math.prod(lead) * n_q * n_k < _MIN_SCORES_PER_THREAD * threads:
-        threads = 1                       # too little work to pay for the threads' hand-offs
-    G = _plan(inner, math.prod(outer_shape), n_q, n_k, block_q, block_k, threads)
-    tiles = _Tiles(Q, K, V, out, mask, causal, block_q, block_k)
-    # Additive masks may add large positive numbers, so they always get the running max.
-    if running_max == "auto" and (mask is None or mask.dtype == bool):
-        with np.errstate(over="ignore", invalid="ignore"):
-            bounds = _score_bounds(Q, K, block_q, tiles.c)                 # (..., heads, q blocks)
-        ok = bounds <= _DIRECT_LIMIT[Q.dtype.itemsize]
-        if check_finite and not np.isfinite(bounds).all():
-            _check_finite_fast(Q, "Q")                                     # NaN/inf, or just huge?
-            _check_finite_fast(K, "K")
-    else:
-        if check_finite:
+        _check_finite_fast(K, "K")
+        if not direct:
             _check_finite_fast(Q, "Q")
-            _check_finite_fast(K, "K")
-        ok = np.zeros(lead + (-(-n_q // block_q),), dtype=bool)
+            _check_finite_fast(V, "V")
+    if n_q == 0 or inner == 0 or math.prod(outer_shape) == 0 or V.shape[-1] == 0:
+        return out
+    G = _plan(inner, math.prod(outer_shape), n_q, K.shape[-2], block_q, block_k, threads)
+    tiles = _Tiles(Q, K, V, out, mask, causal, block_q, block_k, direct,
+                   ("Q", "V") if check_finite and direct else ())
     # One item = G heads x block_q queries, against all (needed) keys.
-    items = [(o, h0, min(h0 + G, inner), i0, min(i0 + block_q, n_q),
-              bool(ok[o][h0:h0 + G, i0 // block_q].all()))
+    items = [(o, h0, min(h0 + G, inner), i0, min(i0 + block_q, n_q))
              for o in np.ndindex(*outer_shape)
              for h0 in range(0, inner, G)
              for i0 in range(0, n_q, block_q)]
@@ -549,6 +573,12 @@ def _flash_core(Q, K, V, out, mask, causal, block_q, block_k, threads, running_m
         items.sort(key=lambda it: (-it[4], it[0], it[1]))
     _parallel_drain(items, lambda: _Worker(tiles, G), _Worker.run, threads)
     return out
+
+
+def _auto_threads(threads, n_scores: int) -> int:
+    """One thread when the input is too small to pay for the threads' hand-offs
+    (waking a sleeping thread alone costs about 0.1 ms on the benchmark machine)."""
+    return 1 if n_scores < _MIN_SCORES_PER_THREAD * threads else threads
 
 
 def flash_attention(Q, K, V, mask=None, *, causal=False, block_q=DEFAULT_BLOCK_Q,
@@ -580,10 +610,12 @@ def flash_attention(Q, K, V, mask=None, *, causal=False, block_q=DEFAULT_BLOCK_Q
             (:func:`release_buffers`).
         running_max: ``"auto"`` (default) or ``"always"``. The online softmax's
             running maximum only keeps ``exp`` from overflowing. With
-            ``"auto"`` a tile skips it (and the rescaling) when the bound
-            ``|q.k| <= |q| max|k|`` proves every score small enough for
-            ``exp`` as it is -- the usual case; ``"always"`` uses it everywhere
-            (classic FlashAttention). Additive float masks always use it.
+            ``"auto"`` each block of queries is first computed without it (and
+            without the rescaling), then checked: if a sum overflowed or a whole
+            row underflowed (huge scores or values, a row with every key
+            masked), that block is redone with it. ``"always"`` uses it
+            everywhere (classic FlashAttention). Additive float masks always
+            use it.
 
     Returns:
         ``(..., n_q, d_v)`` in the inputs' dtype. Computation is in float32 for
@@ -600,7 +632,7 @@ def flash_attention(Q, K, V, mask=None, *, causal=False, block_q=DEFAULT_BLOCK_Q
         raise ValueError(f'running_max must be "auto" or "always", got {describe(running_max)}')
     auto, threads = threads is None, _effective_threads(threads)
     with _blas_pinned(threads):
-        Q, K, V = _check_qkv(Q, K, V, finite=False)           # finiteness: in the core
+        Q, K, V = _check_qkv(Q, K, V)
         score_shape = Q.shape[:-1] + (K.shape[-2],)           # (..., n_q, n_k)
         if mask is not None:
             mask = _check_mask(mask, score_shape)
@@ -608,7 +640,9 @@ def flash_attention(Q, K, V, mask=None, *, causal=False, block_q=DEFAULT_BLOCK_Q
         dtype = np.promote_types(out_dtype, np.float32)       # float16 -> float32
         Q, K, V = (a.astype(dtype, copy=False) for a in (Q, K, V))
         out = np.empty(Q.shape[:-1] + (V.shape[-1],), dtype)  # (..., n_q, d_v)
-        _flash_core(Q, K, V, out, mask, bool(causal), block_q, block_k, threads, running_max, auto,
+        if auto:
+            threads = _auto_threads(threads, math.prod(score_shape))
+        _flash_core(Q, K, V, out, mask, bool(causal), block_q, block_k, threads, running_max,
                     check_finite=True)
     return out.astype(out_dtype, copy=False)
 
