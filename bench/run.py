@@ -388,7 +388,7 @@ def plot(rows, peak, path, title_extra=""):
 def main(argv=None):
     p = argparse.ArgumentParser(description="Benchmark NumPy attention against PyTorch (see module docstring).")
     p.add_argument("--quick", action="store_true", help="smoke run: small shapes, 1 rep, short timings")
-    p.add_argument("--reps", type=int, default=None, help="processes per (implementation, case); default 3 (quick: 1)")
+    p.add_argument("--reps", type=int, default=None, help="processes per (implementation, case); default 5 (quick: 1)")
     p.add_argument("--seconds", type=float, default=None, help="timing per process; default 0.5 (quick: 0.05)")
     p.add_argument("--out", default=None, help="directory for latest.md/.json/.png "
                                                 "(default bench/results; --quick writes only with --out)")
@@ -404,7 +404,7 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     quick = args.quick
-    reps = args.reps or (1 if quick else 3)
+    reps = args.reps or (1 if quick else 5)
     seconds = args.seconds or (0.05 if quick else 0.5)
     wait_idle = args.wait_idle if args.wait_idle is not None else (0.0 if quick else 3.0)
     wait_budget = 30.0

@@ -343,6 +343,16 @@ def test_fast_mha_bad_inputs(rng, mha):
         fast(np.ones((3, 32)), key_padding_mask=np.ones(3))
     with pytest.raises(ValueError, match="does not broadcast"):
         fast(np.ones((3, 32)), mask=np.ones((4, 4), bool))
+    x, bad = rng.normal(size=(3, 32)), np.ones((3, 32))
+    bad[1, 4] = np.nan
+    with pytest.raises(ValueError, match="query contains NaN"):
+        fast(bad)
+    with pytest.raises(ValueError, match="key contains NaN"):
+        fast(x, bad)
+    with pytest.raises(ValueError, match="value contains NaN"):
+        fast(x, x.copy(), bad)
+    with pytest.raises(ValueError, match="value contains NaN"):
+        fast(x, x, bad)                                 # key is the query, value is not
 
 
 # -- memory ----------------------------------------------------------------------

@@ -650,6 +650,23 @@ def flash_attention(Q, K, V, mask=None, *, causal=False, block_q=DEFAULT_BLOCK_Q
 # ---------------------------------------------------------------------------
 # Multi-head attention with one fused input projection
 # ---------------------------------------------------------------------------
+def _with_bias_row(W, b, dtype):
+    """``[W; b]``: ``(d_in + 1, d_out)``, or a contiguous copy of ``W`` when there is no bias."""
+    if b is None:
+        return np.ascontiguousarray(W, dtype=dtype)
+    return np.concatenate([W, np.asarray(b)[None, :]], axis=0).astype(dtype)
+
+
+def _append_ones(x, name):
+    """``[x 1]``: ``x`` ``(..., d)`` copied into a reused ``(..., d + 1)`` buffer whose last
+    column is 1 (the multiplier of a bias row)."""
+    rows, d = math.prod(x.shape[:-1]), x.shape[-1]
+    buf = _buffer(name, rows * (d + 1), x.dtype).reshape(*x.shape[:-1], d + 1)   # (..., d + 1)
+    buf[..., :d] = x
+    buf[..., d] = 1
+    return buf
+
+
 class FastMultiHeadAttention:
     """The forward pass of a :class:`MultiHeadAttention`, with fused projections and the fast core.
 
@@ -688,17 +705,24 @@ class FastMultiHeadAttention:
         mha = self.mha
         dtype = self._dtype or mha.W_Q.dtype
         self.d_model, self.n_heads, self.d_head = mha.d_model, mha.n_heads, mha.d_head
-        self.W_QKV = np.concatenate([mha.W_Q, mha.W_K, mha.W_V], axis=1).astype(dtype)  # (d, 3d)
-        self.b_QKV = (None if mha.b_Q is None else
-                      np.concatenate([mha.b_Q, mha.b_K, mha.b_V]).astype(dtype))       # (3d,)
-        self.W_O = np.ascontiguousarray(mha.W_O, dtype=dtype)                           # (d, d)
-        self.b_O = None if mha.b_O is None else mha.b_O.astype(dtype)                   # (d,)
+        W_QKV = np.concatenate([mha.W_Q, mha.W_K, mha.W_V], axis=1)                    # (d, 3d)
+        b_QKV = None if mha.b_Q is None else np.concatenate([mha.b_Q, mha.b_K, mha.b_V])  # (3d,)
+        # A bias is one more row of the weights, met by a column of ones in the input:
+        # [x 1] @ [W; b] = x W + b in the product itself (a separate pass adding b to
+        # every output row costs about a fifth of the product at n = 128).
+        self._W_QKV_b = _with_bias_row(W_QKV, b_QKV, dtype)                             # (d [+1], 3d)
+        self._W_O_b = _with_bias_row(mha.W_O, mha.b_O, dtype)                           # (d [+1], d)
+        d = self.d_model
+        self.W_QKV, self.W_O = self._W_QKV_b[:d], self._W_O_b[:d]                       # views
+        self.b_QKV = self._W_QKV_b[d] if b_QKV is not None else None                    # (3d,) view
+        self.b_O = self._W_O_b[d] if mha.b_O is not None else None                      # (d,) view
         return self
 
     def _project(self, x, cols, threads):
         """``x @ W_QKV[:, cols] (+ b)``: one GEMM for however many of Q, K, V ``cols`` covers."""
-        b = None if self.b_QKV is None else self.b_QKV[cols]
-        return _linear(x, self.W_QKV[:, cols], b, threads, self.threads is None,
+        if self.b_QKV is not None:
+            x = _append_ones(x, f"x1_{cols.start}")                  # (..., n, d + 1), reused buffer
+        return _linear(x, self._W_QKV_b[:, cols], None, threads, self.threads is None,
                        scratch=f"proj{cols.start}")                 # (..., n, width), reused buffer
 
     def __call__(self, query, key=None, value=None, *, mask=None, key_padding_mask=None,
@@ -749,8 +773,11 @@ class FastMultiHeadAttention:
                                     < _MIN_SCORES_PER_THREAD * threads)
         lin_threads = threads if ours else 1
         with _blas_pinned(threads if ours else 1):
-            for name, arr in (("query", query), ("key", key), ("value", value)):
-                _check_finite_fast(arr, name)
+            _check_finite_fast(query, "query")
+            if key is not query:                                       # self-attention: one check
+                _check_finite_fast(key, "key")
+            if value is not key:
+                _check_finite_fast(value, "value")
             if key is query and value is query:
                 qkv = self._project(query, slice(0, 3 * d), lin_threads)   # (..., n, 3d): one GEMM
                 qkv = qkv.reshape(*lead, n_q, 3, h, dh)                    # (..., n, 3, h, d_head)
@@ -767,10 +794,16 @@ class FastMultiHeadAttention:
             # (..., n, h, d_head) -> (..., h, n, d_head): strided views, no copies.
             dtype = np.promote_types(q.dtype, np.float32)
             q, k, v = (np.swapaxes(a, -2, -3).astype(dtype, copy=False) for a in (q, k, v))
-            concat = _buffer("concat", math.prod(lead) * n_q * d, dtype).reshape(*lead, n_q, d)
-            heads = np.swapaxes(concat.reshape(*lead, n_q, h, dh), -2, -3)  # (..., h, n_q, d_head) view
+            # The heads are written side by side into one buffer, W_O's input; with a bias,
+            # one more column of ones meets W_O's bias row (see _with_bias_row).
+            width = d + (self.b_O is not None)
+            concat = _buffer("concat", math.prod(lead) * n_q * width, dtype).reshape(*lead, n_q, width)
+            if width > d:
+                concat[..., d] = 1
+            heads = concat[..., :d].reshape(*lead, n_q, h, dh)            # a view: rows keep their stride
+            heads = np.swapaxes(heads, -2, -3)                             # (..., h, n_q, d_head) view
             with _blas_pinned(threads if not ours else 1):             # small: one thread, BLAS too
                 _flash_core(q, k, v, heads, combined, bool(causal), self.block_q, self.block_k,
                             threads if ours else 1)
-            out = _linear(concat, self.W_O, self.b_O, lin_threads)     # (..., n_q, d_model)
+            out = _linear(concat, self._W_O_b, None, lin_threads)      # (..., n_q, d_model)
         return out.astype(np.result_type(query, self.W_QKV), copy=False)
