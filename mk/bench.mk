@@ -1,7 +1,8 @@
 # NumPy attention against PyTorch on this machine (bench/run.py; see its docstring).
 # Included by the top-level Makefile, which defines PY and `env`.
 #
-#   make bench         full run (~2-3 min): prints the table, writes bench/results/latest.{md,json,png}
+#   make bench         full run (~5 min): prints the table, writes bench/results/latest.{md,json,png}
+#                      and copies the table and the targets into README.md (between its markers)
 #   make bench-quick   smoke run (small shapes, a few seconds per row), writes nothing
 
 .PHONY: bench bench-quick

@@ -86,3 +86,39 @@ def test_quick_bench_without_torch_says_what_it_skipped(tmp_path):
     for label in TORCH_ROWS:
         assert label in out.split("skipping the PyTorch rows")[1]       # named among the skipped
     assert all(r[5] == "—" for r in rows)                               # no ratio without PyTorch
+
+
+def _run_module():
+    spec = importlib.util.spec_from_file_location("bench_run", RUN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_shows_the_latest_full_run():
+    # `make bench` rewrites the README's table from bench/results/latest.md; a hand edit of
+    # either, or a latest.md without the README updated, fails here.
+    run = _run_module()
+    with open(os.path.join(ROOT, "bench", "results", "latest.md")) as f:
+        latest = f.read()
+    with open(run.README) as f:
+        readme = f.read()
+    assert readme.count(run.README_START) == 1 and readme.count(run.README_END) == 1
+    shown = readme.split(run.README_START, 1)[1].split(run.README_END, 1)[0].strip()
+    assert shown == run.readme_block(latest)
+    assert "| NumPy flash_attention | b=8 h=8 n=512 d=64 |" in shown and "Targets:" in shown
+
+
+def test_update_readme_replaces_only_the_marked_block(tmp_path):
+    run = _run_module()
+    out = run_quick(tmp_path, "--no-plot", "--no-memory", *([] if HAVE_TORCH else ["--without-torch"]))
+    latest = (tmp_path / "latest.md").read_text()
+    assert "Targets:" in out
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\nbefore\n{run.README_START}\nold table\n{run.README_END}\nafter\n")
+    assert run.update_readme(latest, str(readme))
+    text = readme.read_text()
+    assert text.startswith("# Title\n\nbefore\n") and text.endswith("after\n") and "old table" not in text
+    assert run.readme_block(latest) in text
+    readme.write_text("no markers\n")
+    assert not run.update_readme(latest, str(readme)) and readme.read_text() == "no markers\n"
