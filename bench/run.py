@@ -40,6 +40,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -390,13 +391,13 @@ def plot(rows, peak, path, title_extra=""):
             name = labels[0]["implementation"]
             ax.bar(xs, ys, width, label=name, color=colors[role])
             for x, y, r in zip(xs, ys, labels):
-                ax.annotate(f"{r['median_ms']:.1f} ms", (x, y), ha="center", va="bottom", fontsize=7,
+                ax.annotate(f"{sig(r['median_ms'])} ms", (x, y), ha="center", va="bottom", fontsize=7,
                             rotation=90, xytext=(0, 2), textcoords="offset points")
         if peak:
             ax.axhline(peak, color="k", ls="--", lw=1)
             ax.text(len(cases) - 0.5, peak, f"GEMM peak {peak:.0f} GFLOP/s", ha="right", va="bottom", fontsize=8)
         ax.set_xticks(range(len(cases)))
-        ax.set_xticklabels([c.replace(", ", "\n") for c in cases], fontsize=8)
+        ax.set_xticklabels(["\n".join(textwrap.wrap(c.replace(",", ""), 13)) for c in cases], fontsize=8)
         ax.set_xlabel("shape")
         ax.set_ylabel("GFLOP/s (float32, higher is better)")
         ax.set_title("attention core" if kind == "core" else "multi-head attention with projections")
