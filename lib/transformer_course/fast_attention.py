@@ -208,8 +208,8 @@ def _parallel_drain(items, make_state, run, threads: int) -> None:
             f.result()
 
 
-def _linear(x, W, b, threads: int, auto: bool = True, scratch=None):
-    """``x @ W (+ b)`` for ``x`` ``(..., n, d_in)``, the product shared among the threads:
+def _linear(x, W, threads: int, auto: bool = True, scratch=None):
+    """``x @ W`` for ``x`` ``(..., n, d_in)``, the product shared among the threads:
     by blocks of rows when there are many rows, else by blocks of columns of W (each
     thread then packs only its part of W -- with few rows, packing W is most of the work).
     ``scratch``: name of a reused buffer for the result (for intermediates; see :func:`_buffer`)."""
@@ -233,8 +233,6 @@ def _linear(x, W, b, threads: int, auto: bool = True, scratch=None):
     def run(_, block):
         rows, cols = block
         np.matmul(x2[rows], W[:, cols], out=out[rows, cols])
-        if b is not None:
-            out[rows, cols] += b[cols]
 
     _parallel_drain(blocks, lambda: None, run, threads)
     return out.reshape(*lead, n)                           # (..., n, d_out)
@@ -722,7 +720,7 @@ class FastMultiHeadAttention:
         """``x @ W_QKV[:, cols] (+ b)``: one GEMM for however many of Q, K, V ``cols`` covers."""
         if self.b_QKV is not None:
             x = _append_ones(x, f"x1_{cols.start}")                  # (..., n, d + 1), reused buffer
-        return _linear(x, self._W_QKV_b[:, cols], None, threads, self.threads is None,
+        return _linear(x, self._W_QKV_b[:, cols], threads, self.threads is None,
                        scratch=f"proj{cols.start}")                 # (..., n, width), reused buffer
 
     def __call__(self, query, key=None, value=None, *, mask=None, key_padding_mask=None,
@@ -805,5 +803,5 @@ class FastMultiHeadAttention:
             with _blas_pinned(threads if not ours else 1):             # small: one thread, BLAS too
                 _flash_core(q, k, v, heads, combined, bool(causal), self.block_q, self.block_k,
                             threads if ours else 1)
-            out = _linear(concat, self._W_O_b, None, lin_threads)      # (..., n_q, d_model)
+            out = _linear(concat, self._W_O_b, lin_threads)            # (..., n_q, d_model)
         return out.astype(np.result_type(query, self.W_QKV), copy=False)
