@@ -148,3 +148,26 @@ def test_shared_files_are_fresh(folder):
             copy = ROOT / folder / name
             assert copy.exists() and copy.read_bytes() == src.read_bytes(), \
                 f"{folder}/{name} is stale: run `make`"
+
+
+def test_merge_streams_joins_only_neighbouring_chunks_of_one_stream():
+    out = nbformat.v4.new_output
+    cell = nbformat.v4.new_code_cell("print('a'); print('b')")
+    cell.outputs = [out("stream", name="stdout", text="a\n"), out("stream", name="stdout", text="b\n"),
+                    out("stream", name="stderr", text="warn\n"), out("stream", name="stdout", text="c\n"),
+                    out("display_data", data={"text/plain": "x"}), out("stream", name="stdout", text="d\n")]
+    nb = nbformat.v4.new_notebook(cells=[cell, nbformat.v4.new_markdown_cell("text")])
+    merged = course.merge_streams(nb).cells[0].outputs
+    assert [(o.output_type, o.get("name"), o.get("text")) for o in merged] == [
+        ("stream", "stdout", "a\nb\n"), ("stream", "stderr", "warn\n"), ("stream", "stdout", "c\n"),
+        ("display_data", None, None), ("stream", "stdout", "d\n")]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_solutions_have_merged_streams(name):
+    # Written through merge_streams, so rebuilding them does not change them just because the
+    # kernel chunked a cell's printing differently.
+    nb = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    for i, cell in enumerate(nb.cells):
+        kinds = [(o.output_type, o.get("name")) for o in cell.get("outputs", [])]
+        assert all(not (a == b and a[0] == "stream") for a, b in zip(kinds, kinds[1:])), (name, i, kinds)

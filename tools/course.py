@@ -124,6 +124,24 @@ def error_outputs(nb) -> list[str]:
     return found
 
 
+def merge_streams(nb):
+    """Consecutive stdout (or stderr) outputs of a cell as one: the kernel splits a cell's
+    printing into chunks at moments that vary from run to run, so without this the
+    committed solutions would change on every rebuild although the text is the same."""
+    for cell in nb.cells:
+        merged = []
+        for out in cell.get("outputs", []):
+            prev = merged[-1] if merged else None
+            if (out.get("output_type") == "stream" and prev is not None
+                    and prev.get("output_type") == "stream" and prev.get("name") == out.get("name")):
+                prev["text"] = prev["text"] + out["text"]
+            else:
+                merged.append(out)
+        if cell.cell_type == "code":
+            cell.outputs = merged
+    return nb
+
+
 def solutions(names: list[str]) -> None:
     """Executed complete notebooks: what a reader sees and what nbval re-checks."""
     copy_shared(SOLUTIONS)
@@ -138,7 +156,7 @@ def solutions(names: list[str]) -> None:
             raise SystemExit(f"{name}: the solution raised errors:\n" + "\n".join(errors))
         for cell in nb.cells:
             cell.metadata.pop("execution", None)
-        nbformat.write(nb, dest_dir / f"{name}.ipynb")
+        nbformat.write(merge_streams(nb), dest_dir / f"{name}.ipynb")
         print(f"solutions  {(dest_dir / f'{name}.ipynb').relative_to(ROOT)}  ({time.perf_counter() - t0:.1f} s)")
 
 
