@@ -321,15 +321,22 @@ class _Tiles:
         # Scores come out of the product already in log2 units: s * log2(e) / sqrt(d_k).
         self.c = _LOG2E / math.sqrt(self.d_k)
         self.direct, self._deferred = direct, list(deferred)
+        self._lock, self._error = threading.Lock(), None
 
     def before_online(self):
-        """Raise the precise error if a deferred input holds NaN or inf (checked once per call)."""
-        while True:
+        """Raise the precise error if a deferred input holds NaN or inf (checked once per call;
+        a thread that comes while another checks waits for the verdict, and shares it)."""
+        with self._lock:
+            if self._error is not None:
+                raise self._error
             try:
-                name = self._deferred.pop(0)        # atomic: two threads never check twice
-            except IndexError:
-                return
-            _check_finite_fast(getattr(self, name), name)
+                while self._deferred:
+                    name = self._deferred[0]
+                    _check_finite_fast(getattr(self, name), name)
+                    self._deferred.pop(0)
+            except ValueError as error:
+                self._error = error
+                raise
 
     def mask_block(self, o, h0, h1, i0, i1, j0, j1):
         """The mask for heads h0:h1, queries i0:i1, keys j0:j1 (size-1 axes kept for broadcasting)."""
