@@ -607,10 +607,13 @@ def flash_attention(Q, K, V, mask=None, *, causal=False, block_q=DEFAULT_BLOCK_Q
         threads: worker threads; default: as many as OpenBLAS would use (the
             number of cores unless limited, e.g. by ``OPENBLAS_NUM_THREADS``),
             but one for small inputs (fewer than ``2**19`` scores per thread).
-            While the call runs, OpenBLAS is held at one thread per product
-            (process-wide: NumPy products in other threads run single-threaded
-            meanwhile). If NumPy's BLAS is not an OpenBLAS whose thread count
-            can be set, one thread is used and BLAS parallelises each product.
+            Unless ``threads=1`` is given, OpenBLAS is held at one thread per
+            product while the call runs (process-wide: NumPy products in other
+            threads run single-threaded meanwhile). With ``threads=1`` (one
+            worker thread) OpenBLAS keeps its own thread count; for one core in
+            all, start Python with ``OPENBLAS_NUM_THREADS=1``. If NumPy's BLAS is not an OpenBLAS whose
+            thread count can be set, one thread is used and BLAS parallelises
+            each product.
             Each thread keeps its scratch buffers between calls
             (:func:`release_buffers`).
         running_max: ``"auto"`` (default) or ``"always"``. The online softmax's
