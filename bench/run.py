@@ -125,6 +125,18 @@ def flops(kind: str, shape) -> float:
     return 2.0 * n ** 3
 
 
+def parse_worker_args(argv, description: str, params: bool = False):
+    """The workers' command line: ``--impl --case --seconds --min-iters`` (and ``--params``)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--impl", required=True)
+    p.add_argument("--case", required=True)
+    p.add_argument("--seconds", type=float, default=1.0)
+    p.add_argument("--min-iters", type=int, default=3)
+    if params:
+        p.add_argument("--params", default="{}", help="JSON keyword arguments for the fast implementation")
+    return p.parse_args(argv)
+
+
 def time_calls(fn, seconds: float, min_iters: int = 3):
     """Warm up, then time ``fn()`` repeatedly for about ``seconds``.
 

@@ -7,14 +7,13 @@ Run by ``bench/run.py``; not meant to be called by hand (but it can be):
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import parse_case, time_calls  # noqa: E402  (shared, numpy-free helpers)
+from run import parse_case, parse_worker_args, time_calls  # noqa: E402  (shared, numpy-free helpers)
 
 import numpy as np  # noqa: E402
 
@@ -94,13 +93,7 @@ def make(impl: str, kind: str, shape: tuple, params: dict):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--impl", required=True)
-    p.add_argument("--case", required=True)
-    p.add_argument("--seconds", type=float, default=1.0)
-    p.add_argument("--min-iters", type=int, default=3)
-    p.add_argument("--params", default="{}", help="JSON keyword arguments for the fast implementation")
-    args = p.parse_args(argv)
+    args = parse_worker_args(argv, __doc__.splitlines()[0], params=True)
     kind, shape = parse_case(args.case)
     fn = make(args.impl, kind, shape, json.loads(args.params))
     times, cpu_per_wall = time_calls(fn, args.seconds, args.min_iters)

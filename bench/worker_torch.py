@@ -6,13 +6,12 @@ thread pool runs beside PyTorch's. Run by ``bench/run.py``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import parse_case, time_calls  # noqa: E402
+from run import parse_case, parse_worker_args, time_calls  # noqa: E402
 
 
 def make(impl: str, kind: str, shape: tuple):
@@ -36,12 +35,7 @@ def make(impl: str, kind: str, shape: tuple):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--impl", required=True)
-    p.add_argument("--case", required=True)
-    p.add_argument("--seconds", type=float, default=1.0)
-    p.add_argument("--min-iters", type=int, default=3)
-    args = p.parse_args(argv)
+    args = parse_worker_args(argv, __doc__.splitlines()[0])
     import torch
 
     kind, shape = parse_case(args.case)

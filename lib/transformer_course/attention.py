@@ -14,8 +14,10 @@ from ._checks import as_float_array, check_finite, describe
 from .softmax import softmax
 
 
-def _mask_scores(scores: np.ndarray, mask) -> np.ndarray:
-    """Apply a boolean (True = may attend) or additive float mask to scores."""
+def check_mask(mask, score_shape) -> np.ndarray:
+    """A boolean (True = may attend) or additive float mask that broadcasts to
+    ``score_shape`` = ``(..., n_q, n_k)`` without enlarging it, as an array.
+    (Finiteness of a float mask is checked by the caller, each in its own way.)"""
     mask = np.asarray(mask)
     if mask.dtype == object or not (
         mask.dtype == bool or np.issubdtype(mask.dtype, np.floating)
@@ -25,14 +27,20 @@ def _mask_scores(scores: np.ndarray, mask) -> np.ndarray:
             f"scores, -inf = blocked), got {describe(mask)}"
         )
     try:
-        broadcast = np.broadcast_shapes(mask.shape, scores.shape)
+        broadcast = np.broadcast_shapes(mask.shape, score_shape)
     except ValueError:
         broadcast = None
-    if broadcast != scores.shape:
+    if broadcast != tuple(score_shape):
         raise ValueError(
             f"mask of shape {mask.shape} does not broadcast to the score shape "
-            f"{scores.shape} (..., n_q, n_k)"
+            f"{tuple(score_shape)} (..., n_q, n_k)"
         )
+    return mask
+
+
+def _mask_scores(scores: np.ndarray, mask) -> np.ndarray:
+    """Apply a boolean (True = may attend) or additive float mask to scores."""
+    mask = check_mask(mask, scores.shape)
     if mask.dtype == bool:
         return np.where(mask, scores, -np.inf).astype(scores.dtype, copy=False)
     check_finite(mask, "mask", allow_neg_inf=True)

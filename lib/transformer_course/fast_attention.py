@@ -67,7 +67,7 @@ import threading
 import numpy as np
 
 from ._checks import as_float_array, check_finite, describe, positive_int
-from .attention import check_qkv
+from .attention import check_mask, check_qkv
 from .masks import combine_with_key_padding
 from .multihead import MultiHeadAttention
 
@@ -272,27 +272,11 @@ def _check_finite_fast(arr, name, allow_neg_inf=False):
 
 
 def _check_mask(mask, score_shape):
-    """Validate a boolean/additive mask against ``score_shape`` = ``(..., n_q, n_k)``."""
-    mask = np.asarray(mask)
-    if mask.dtype == object or not (
-        mask.dtype == bool or np.issubdtype(mask.dtype, np.floating)
-    ):
-        raise TypeError(
-            "mask must be boolean (True = may attend) or floating (added to the "
-            f"scores, -inf = blocked), got {describe(mask)}"
-        )
-    try:
-        broadcast = np.broadcast_shapes(mask.shape, score_shape)
-    except ValueError:
-        broadcast = None
-    if broadcast != tuple(score_shape):
-        raise ValueError(
-            f"mask of shape {mask.shape} does not broadcast to the score shape "
-            f"{tuple(score_shape)} (..., n_q, n_k)"
-        )
+    """:func:`~transformer_course.attention.check_mask`, then finite (but -inf) values of a
+    float mask, and as many axes as the scores (size-1 axes prepended)."""
+    mask = check_mask(mask, score_shape)
     if mask.dtype != bool:
         _check_finite_fast(mask, "mask", allow_neg_inf=True)
-    # Prepend size-1 axes so the mask has exactly as many axes as the scores.
     return mask.reshape((1,) * (len(score_shape) - mask.ndim) + mask.shape)
 
 
