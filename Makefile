@@ -16,7 +16,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export PIP_NO_INPUT := 1
 
 .DEFAULT_GOAL := all
-.PHONY: all env test-env exercises solutions course test test-package test-notebooks nbval lab clean help
+.PHONY: all env test-env exercises solutions course test test-package test-notebooks nbval nbval-blas lab lab-instructor clean help
 
 all: env exercises solutions site ## environment (+ PyTorch for the cross-checks), student release, executed solutions, site
 
@@ -50,17 +50,30 @@ solutions: test-env ## regenerate solutions/ (executed complete notebooks)
 
 course: exercises solutions
 
-lab: env ## open JupyterLab on the student notebooks
-	$(BIN)/jupyter lab exercises
+# Two JupyterLab views, one per nbgrader role (lab/README.md). Jupyter refuses to run as root
+# without --allow-root; LAB_ARGS passes more options (e.g. LAB_ARGS=--no-browser).
+LAB_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+LAB_PORT ?= 8888
+LAB := $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) $(LAB_ROOT) $(LAB_ARGS)
+
+lab: env ## JupyterLab for students: exercises/, Validate; no Formgrader or Create Assignment
+	JUPYTER_CONFIG_DIR=$(CURDIR)/lab/student $(LAB) --ServerApp.root_dir=$(CURDIR)/exercises
+
+lab-instructor: env ## JupyterLab for instructors: notebooks/ (sources), Formgrader, Create Assignment
+	JUPYTER_CONFIG_DIR=$(CURDIR)/lab/instructor $(LAB) --ServerApp.root_dir=$(CURDIR) \
+		--LabApp.default_url=/lab/tree/notebooks
 
 # ---------------------------------------------------------------- checks
 test: test-env ## everything CI checks
 	$(PY) -m pytest tests -p no:cacheprovider --timeout=900
-	$(MAKE) --no-print-directory nbval
+	$(MAKE) --no-print-directory nbval nbval-blas
 
 nbval: test-env ## re-execute every notebook in solutions/ and compare its outputs (strict)
 	$(PY) -m pytest --nbval solutions --nbval-sanitize-with tools/nbval-sanitize.cfg \
 		-p no:cacheprovider -o testpaths=solutions -q
+
+nbval-blas: test-env ## nbval again under two other OpenBLAS kernels, one of them on one thread
+	$(PY) tools/nbval_blas.py
 
 clean: ## remove build output (keeps .venv and the committed notebooks)
 	rm -rf .nbgrader build site/_build .artifacts .pytest_cache .hypothesis

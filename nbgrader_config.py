@@ -20,7 +20,13 @@ c.CourseDirectory.db_url = "sqlite:///" + os.path.join(ROOT, ".nbgrader", "grade
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.md"]
 
 # Student stubs.
-c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+# A stub that says what to do when it runs: the traceback names the function, the message says where
+# its specification is.
+c.ClearSolutions.code_stub = {"python": (
+    "# YOUR CODE HERE\n"
+    'raise NotImplementedError("not written yet: replace this line with your code; the docstring above '
+    'gives the inputs, outputs and shapes, the Exercise text before this cell the idea")'
+)}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
 # Execution limits used by validate and autograde.

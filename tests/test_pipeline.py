@@ -8,6 +8,7 @@ fresh, that sources carry no outputs and that solutions hold no errors.
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import subprocess
@@ -76,7 +77,7 @@ def test_stubs_fail_every_test_including_hidden(name, tmp_path):
     from nbgrader.validator import Validator
 
     nb = nbformat.read(source(name), as_version=4)
-    nb, _ = ClearSolutions(code_stub={"python": "# YOUR CODE HERE\nraise NotImplementedError()"}).preprocess(nb, {})
+    nb, _ = ClearSolutions(code_stub={"python": course.code_stub()}).preprocess(nb, {})
     stubbed = tmp_path / f"{name}.ipynb"
     nbformat.write(nb, stubbed)
     result = Validator(invert=True).validate(str(stubbed))
@@ -99,18 +100,94 @@ def test_solutions_have_no_error_outputs(name):
         assert marker not in text, f"{name}: solutions still contain {marker!r}"
 
 
+STUB_MESSAGE = "not written yet: replace this line with your code"
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_exercises_raise_only_not_implemented(name, tmp_path):
+def test_exercises_run_all_past_the_stubs(name, tmp_path):
+    """Run All on the untouched student version, the way Jupyter runs it: a cell that errors stops
+    the run unless it is tagged `raises-exception`. Every cell must run; the only errors are the
+    stubs' own NotImplementedError with the message that says what to do."""
     nb = nbformat.read(ROOT / "exercises" / name / f"{name}.ipynb", as_version=4)
     from nbclient import NotebookClient
 
-    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    errors = [(i, o["ename"]) for i, c in enumerate(nb.cells) for o in c.get("outputs", [])
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=False,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()   # raises at an untagged error
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code), f"{name}: Run All stopped early"
+    errors = [(i, o["ename"], o["evalue"]) for i, c in enumerate(nb.cells) for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert errors, f"{name}: the student version ran without a single NotImplementedError"
-    unexpected = [(i, e) for i, e in errors if e != "NotImplementedError"]
-    assert not unexpected, f"{name}: cells raise errors other than NotImplementedError: {unexpected}"
+    unexpected = [(i, e, v[:80]) for i, e, v in errors if e != "NotImplementedError" or STUB_MESSAGE not in v]
+    assert not unexpected, f"{name}: errors other than the stubs' NotImplementedError: {unexpected}"
+    tests_run = [c for c in code if c.metadata.get("nbgrader", {}).get("grade")]
+    assert all(any(o.get("output_type") == "error" for o in c.outputs) for c in tests_run), \
+        f"{name}: a visible test cell did not fail on the stubs"
+
+
+def test_run_all_tags_follow_the_data_flow():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("x = 1"),
+        nbformat.v4.new_code_cell("def f(a):\n    raise NotImplementedError()",
+                                  metadata={"nbgrader": {"solution": True, "grade": False}}),
+        nbformat.v4.new_code_cell("y = f(x)"),                 # calls the stub
+        nbformat.v4.new_code_cell("%matplotlib inline\nz = y + 1"),   # uses its result
+        nbformat.v4.new_code_cell("y = 2\nprint(x)"),          # rebinds y from clean code
+        nbformat.v4.new_code_cell("print(y, x)"),               # clean again
+    ])
+    assert course.tag_cells_that_run_student_code(nb) == [2, 3]
+    assert nb.cells[2].metadata["tags"] == ["raises-exception"]
+
+
+def filled_release(name):
+    """The released exercise with the course's solutions typed into the student cells (code and
+    written answers), as a student who got everything right would hand it in."""
+    strip = {"code": course.SOLUTION_MARKER, "markdown": course.MARK_SCHEME}   # markers, mark schemes
+    solutions = {c.metadata["nbgrader"]["grade_id"]: strip[c.cell_type].sub("", c.source).rstrip("\n")
+                 for c in nbformat.read(source(name), as_version=4).cells
+                 if c.metadata.get("nbgrader", {}).get("solution")}
+    nb = nbformat.read(ROOT / "exercises" / name / f"{name}.ipynb", as_version=4)
+    filled = 0
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            cell.source = solutions[meta["grade_id"]]
+            filled += 1
+    assert filled == len(solutions), (name, filled, sorted(solutions))
+    return nb
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_correctly_filled_release_validates(name, tmp_path):
+    """What nbgrader's Validate button tells a student who solved everything: success, no
+    "partial credit" (a test cell whose last line has a value shows it as a partial score)."""
+    from nbgrader.validator import Validator
+
+    path = tmp_path / f"{name}.ipynb"
+    nbformat.write(filled_release(name), path)
+    result = Validator().validate(str(path))
+    assert result == {}, f"{name}: Validate fails on a correct submission: {json.dumps(result)[:2000]}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_visible_test_cell_ends_in_a_value(name):
+    """nbgrader reads an `Out:` value of a test cell as a partial score (0.0 from a helper that
+    returns a number means 0 points): the last statement must be a statement, a print or a
+    call of a helper that returns None."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    none_returning = {"print", "assert_close", "display"}
+    bad = []
+    for i, cell in enumerate(nbformat.read(source(name), as_version=4).cells):
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade"):
+            visible = course.HIDDEN_BLOCK.sub("", cell.source)
+            last = ast.parse(TransformerManager().transform_cell(visible)).body[-1]
+            if isinstance(last, ast.Expr) and not (
+                    isinstance(last.value, ast.Call) and getattr(last.value.func, "id", None) in none_returning):
+                bad.append((i, ast.unparse(last)[:60]))
+    assert not bad, f"{name}: test cells end in an expression with a value: {bad}"
+    from transformer_course.testing import assert_close
+    assert assert_close([1.0], [1.0], quiet=True) is None
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -57,14 +57,19 @@ def test_rel_error_infinities_and_nan():
 # =============================================================================
 # assert_close
 # =============================================================================
-def test_assert_close_passes_and_reports(capsys):
-    err = assert_close(np.array([1.0, 2.0]), [1.0, 2.0 + 1e-9], "weights")
-    assert 0 < err < 1e-9
-    assert "weights: relative error" in capsys.readouterr().out
+def test_assert_close_passes_and_prints_the_bound_not_the_round_off(capsys):
+    # The printed line must not depend on the last digits of the error (BLAS kernel, threads):
+    # two results that differ only in round-off print the same line.
+    assert assert_close(np.array([1.0, 2.0]), [1.0, 2.0 + 1e-9], "weights") is None
+    first = capsys.readouterr().out
+    assert_close(np.array([1.0, 2.0]), [1.0, 2.0 + 3e-12], "weights")
+    assert first == capsys.readouterr().out == "weights: relative error < 1e-06\n"
+    assert_close([1.0], [1.0 + 1e-13], "tight", tol=1e-12)
+    assert capsys.readouterr().out == "tight: relative error < 1e-12\n"
 
 
 def test_assert_close_quiet_prints_nothing(capsys):
-    assert assert_close([1.0], [1.0], quiet=True) == 0.0
+    assert assert_close([1.0], [1.0], quiet=True) is None
     assert capsys.readouterr().out == ""
 
 
@@ -98,7 +103,7 @@ def test_assert_close_tolerance_exceeded_names_the_index():
 
 
 def test_assert_close_tol_is_respected():
-    assert assert_close([1.0], [1.001], tol=1e-3, quiet=True) == pytest.approx(0.001 / 2.001)
+    assert_close([1.0], [1.001], tol=1e-3, quiet=True)           # error 0.001 / 2.001 < 1e-3: passes
     with pytest.raises(AssertionError, match=r"exceeds 1e-04"):
         assert_close([1.0], [1.001], tol=1e-4, quiet=True)
 

@@ -13,7 +13,9 @@ fails when a committed copy is stale.
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
+import json
 import os
 import re
 import shutil
@@ -72,6 +74,65 @@ def generate_assignments(names: list[str], root: Path = ROOT) -> None:
                        cwd=root, env=nbgrader_env(), check=True)
 
 
+RAISES = "raises-exception"
+
+
+def _names(source: str) -> tuple[set[str], set[str]]:
+    """(names a cell reads, names it binds): IPython syntax (%magics) is turned into Python first."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    tree = ast.parse(TransformerManager().transform_cell(source))
+    read, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+    return read, bound
+
+
+def tag_cells_that_run_student_code(nb) -> list[int]:
+    """Tag `raises-exception` on every code cell that uses, directly or through a variable computed
+    from it, a function the student writes. In the released stubs such a cell raises the stub's
+    NotImplementedError; with the tag, Jupyter's Run All goes on past it, so every cell that does
+    not depend on an unfinished exercise still runs. Returns the tagged cells' indices."""
+    from_student, tagged = set(), []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        meta = cell.metadata.get("nbgrader", {})
+        read, bound = _names(cell.source)
+        if meta.get("solution") and not meta.get("grade"):
+            from_student |= bound                      # the student's own definitions
+            continue
+        if read & from_student:
+            tags = cell.metadata.setdefault("tags", [])
+            if RAISES not in tags:
+                tags.append(RAISES)
+            tagged.append(i)
+            from_student |= bound
+        else:
+            from_student -= bound                      # rebound from code that needs no exercise
+    return tagged
+
+
+def finish_release(path: Path) -> None:
+    """What nbgrader's release does not do: the Run-All tags above (written in nbformat's layout)."""
+    nb = nbformat.read(path, as_version=4)
+    tag_cells_that_run_student_code(nb)
+    nbformat.write(nb, path)
+
+
+def code_stub() -> str:
+    """The stub nbgrader_config.py puts in place of a solution (the tests build stubs with it too)."""
+    from traitlets.config import Config
+
+    config = Config()
+    exec(compile((ROOT / "nbgrader_config.py").read_text(), "nbgrader_config.py", "exec"),
+         {"get_config": lambda: config, "__file__": str(ROOT / "nbgrader_config.py")})
+    return config.ClearSolutions.code_stub["python"]
+
+
 def release(names: list[str]) -> None:
     """Student versions via nbgrader (stubs replace solutions, hidden tests removed)."""
     (ROOT / ".nbgrader").mkdir(exist_ok=True)
@@ -82,6 +143,7 @@ def release(names: list[str]) -> None:
         released = EXERCISES / name / f"{name}.ipynb"
         if not released.exists():
             raise SystemExit(f"nbgrader did not write {released}")
+        finish_release(released)
         print(f"released   {released.relative_to(ROOT)}")
     print(f"released {len(names)} notebook(s) in {time.perf_counter() - t0:.1f} s")
 
