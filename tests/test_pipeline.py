@@ -208,6 +208,7 @@ def test_committed_exercises_are_fresh(tmp_path):
     course.generate_assignments(NAMES, root=tmp_path)
     stale = []
     for name in NAMES:
+        course.finish_release(tmp_path / "exercises" / name / f"{name}.ipynb")
         fresh = json.loads((tmp_path / "exercises" / name / f"{name}.ipynb").read_text())
         committed = json.loads((ROOT / "exercises" / name / f"{name}.ipynb").read_text())
         if fresh != committed:
