@@ -41,3 +41,19 @@ __all__ = [
     "softmax_jacobian",
     "split_heads",
 ]
+
+# Notebook 08: the decoder and generation.
+from . import decoder, generation  # noqa: E402
+from .decoder import CachedStep, DecoderLM, KVCache, TransformerDecoderBlock, UncachedStep  # noqa: E402
+from .generation import generate, sample_next_token, sampling_probabilities  # noqa: E402
+
+__all__ += [
+    "CachedStep",
+    "DecoderLM",
+    "KVCache",
+    "TransformerDecoderBlock",
+    "UncachedStep",
+    "generate",
+    "sample_next_token",
+    "sampling_probabilities",
+]
