@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import (
-    as_float_array,
+    check_array,
     check_attention_inputs,
     check_matrix,
     check_rng,
@@ -29,7 +29,7 @@ from .masks import combine_with_key_padding
 
 def split_heads(x, n_heads: int) -> np.ndarray:
     """``(..., n, d_model)`` -> ``(..., n_heads, n, d_head)``, d_head = d_model / n_heads."""
-    x = as_float_array(x, "x", min_ndim=2)
+    x = check_array(x, "x", min_ndim=2)
     n_heads = positive_int(n_heads, "n_heads")
     *lead, n, d_model = x.shape
     if d_model % n_heads:
@@ -43,7 +43,7 @@ def split_heads(x, n_heads: int) -> np.ndarray:
 
 def merge_heads(x) -> np.ndarray:
     """``(..., n_heads, n, d_head)`` -> ``(..., n, n_heads * d_head)``; inverse of :func:`split_heads`."""
-    x = as_float_array(x, "x", min_ndim=3)
+    x = check_array(x, "x", min_ndim=3)
     *lead, h, n, d_head = x.shape
     x = np.swapaxes(x, -2, -3)                   # (..., n, h, d_head)
     return x.reshape(*lead, n, h * d_head)       # (..., n, d_model)
