@@ -107,7 +107,7 @@ def browser():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip("the Python package playwright is not installed: run `make site-deps`")
+        pytest.skip("the Python package playwright is not installed: run `make env`")
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS
