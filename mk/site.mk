@@ -12,7 +12,7 @@ SITE_HOST := 127.0.0.1
 SITE_PORT ?= 8000
 CHROMIUM ?= /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-MATHJAX := site/site_assets/mathjax/tex-mml-chtml.js
+MATHJAX := site/_build/mathjax/mathjax/tex-mml-chtml.js
 SITE_INPUTS := $(wildcard site/*.yml site/*.md site/*.py site/site_assets/*.* solutions/*.md solutions/*/*.ipynb solutions/*/*.png) README.md mk/site.mk
 
 .PHONY: site serve browser-deps
@@ -26,9 +26,10 @@ $(SITE_HTML)/index.html: $(SITE_INPUTS) $(MATHJAX) | env
 	@touch $@
 
 # Code, not configuration, because Sphinx serves only files inside the book: MathJax 3 (offline)
-# is copied there from the django-static-mathjax package that requirements/lock.txt installs.
+# is copied there (site/_build/mathjax, a static folder of _config.yml) from the
+# django-static-mathjax package that requirements/lock.txt installs.
 $(MATHJAX): | env
-	rm -rf $(@D)
+	rm -rf $(@D) && mkdir -p $(dir $(@D))
 	cp -r "$$($(PY) -c 'import mathjax, pathlib; print(pathlib.Path(mathjax.__file__).parent / "static/mathjax/es5")')" $(@D)
 
 serve: site ## serve the website on 127.0.0.1 and print its address
