@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     if removed:
         print(f"(removed {removed} from the workers' environment)")
     np_ms = statistics.median(times["numpy"]) * 1e3
-    print(f"\nNumPy  (course blocks)     median of {len(times['numpy'])} processes: {np_ms:7.1f} ms")
+    print(f"\nNumPy  (FastSentenceEncoder) median of {len(times['numpy'])} processes: {np_ms:7.1f} ms")
     if skipped:
         print(f"PyTorch skipped: {skipped}")
         return 0

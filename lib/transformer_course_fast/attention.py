@@ -62,7 +62,7 @@ import threading
 import numpy as np
 
 from transformer_course._checks import (check_attention_inputs, check_finite, check_mask, check_qkv, describe,
-                                       positive_int)
+                                       float_dtype, positive_int)
 from transformer_course.masks import combine_with_key_padding
 from transformer_course.multihead import MultiHeadAttention
 
@@ -480,10 +480,7 @@ class FastMultiHeadAttention:
                  threads=None):
         if not isinstance(mha, MultiHeadAttention):
             raise TypeError(f"mha must be a transformer_course.MultiHeadAttention, got {describe(mha)}")
-        if dtype is not None:
-            dtype = np.dtype(dtype)
-            if not np.issubdtype(dtype, np.floating):
-                raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+        dtype = None if dtype is None else float_dtype(dtype)
         self.mha, self._dtype = mha, dtype
         self.block_q = positive_int(block_q, "block_q")
         self.block_k = positive_int(block_k, "block_k")
