@@ -1,6 +1,6 @@
 """Fast attention in NumPy: a tiled online softmax (FlashAttention's loop) and fused projections.
 
-:func:`~transformer_course.attention.scaled_dot_product_attention` is the
+:func:`transformer_course.scaled_dot_product_attention` is the
 readable reference: it builds the whole ``(n_q, n_k)`` score matrix, soft-maxes
 it and multiplies by V. That costs ``O(n^2)`` memory (1 GiB of float32 scores
 at n = 16384) and, because the score matrix falls out of cache, time too.
@@ -48,7 +48,7 @@ per tile, not per element. What makes it fast in NumPy:
   (:func:`release_buffers` frees them).
 
 :class:`FastMultiHeadAttention` packs ``W_Q | W_K | W_V`` of a
-:class:`~transformer_course.multihead.MultiHeadAttention` into one
+:class:`transformer_course.MultiHeadAttention` into one
 ``(d_model, 3 d_model)`` matrix, projects with a single product, feeds strided
 per-head views (no copies) to the fast core and lets the core write the heads
 straight into the concatenated layout ``W_O`` needs.
@@ -56,20 +56,18 @@ straight into the concatenated layout ``W_O`` needs.
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
-import ctypes
-import glob
 import math
-import os
 import threading
 
 import numpy as np
 
-from ._checks import as_float_array, check_finite, describe, positive_int
-from .attention import check_mask, check_qkv
-from .masks import combine_with_key_padding
-from .multihead import MultiHeadAttention
+from transformer_course._checks import (check_attention_inputs, check_finite, check_mask, check_qkv, describe,
+                                       float_dtype, positive_int)
+from transformer_course.masks import combine_with_key_padding
+from transformer_course.multihead import MultiHeadAttention
+
+from ._threads import (_MIN_MACS_PER_THREAD, _LOCAL, _GENERATION, _blas_pinned, _buffer,  # noqa: F401
+                       _effective_threads, _linear, _parallel_drain, release_buffers)
 
 __all__ = ["FastMultiHeadAttention", "flash_attention", "release_buffers"]
 
@@ -82,175 +80,9 @@ DEFAULT_BLOCK_K = 1024
 
 
 # ---------------------------------------------------------------------------
-# OpenBLAS thread control (NumPy's wheels ship OpenBLAS; threadpoolctl is not
-# a dependency, so the two C functions are looked up directly).
+# Argument checks: the reference's (transformer_course._checks), with a cheaper
+# first pass for finiteness.
 # ---------------------------------------------------------------------------
-_BLAS_LOCK = threading.Lock()
-_BLAS_STATE = {"api": None, "searched": False, "users": 0, "saved": None}
-
-
-def _openblas_api():
-    """``(get_num_threads, set_num_threads)`` of NumPy's OpenBLAS, or None if not found."""
-    if _BLAS_STATE["searched"]:
-        return _BLAS_STATE["api"]
-    _BLAS_STATE["searched"] = True
-    root = os.path.dirname(os.path.abspath(np.__file__))
-    patterns = [os.path.join(root, os.pardir, "numpy.libs", "*openblas*"),
-                os.path.join(root, ".dylibs", "*openblas*"),
-                os.path.join(root, "_core", "*openblas*")]
-    candidates = sorted({p for pat in patterns for p in glob.glob(pat)})
-    names = [("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
-             ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
-             ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
-             ("openblas_get_num_threads", "openblas_set_num_threads")]
-    for path in candidates:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for get_name, set_name in names:
-            get_fn, set_fn = getattr(lib, get_name, None), getattr(lib, set_name, None)
-            if get_fn is not None and set_fn is not None:
-                get_fn.restype = ctypes.c_int
-                set_fn.argtypes = [ctypes.c_int]
-                set_fn.restype = None
-                _BLAS_STATE["api"] = (get_fn, set_fn)
-                return _BLAS_STATE["api"]
-    return None
-
-
-def _blas_threads() -> int:
-    """Threads OpenBLAS would use now (1 if it cannot be controlled)."""
-    api = _openblas_api()
-    if api is None:
-        return 1
-    with _BLAS_LOCK:
-        if _BLAS_STATE["users"]:
-            return int(_BLAS_STATE["saved"])
-        return max(1, int(api[0]()))
-
-
-@contextlib.contextmanager
-def _single_threaded_blas():
-    """Hold OpenBLAS at one thread; restore the previous count when the last user leaves."""
-    api = _openblas_api()
-    with _BLAS_LOCK:
-        if _BLAS_STATE["users"] == 0:
-            _BLAS_STATE["saved"] = int(api[0]())
-            api[1](1)
-        _BLAS_STATE["users"] += 1
-    try:
-        yield
-    finally:
-        with _BLAS_LOCK:
-            _BLAS_STATE["users"] -= 1
-            if _BLAS_STATE["users"] == 0:
-                api[1](_BLAS_STATE["saved"])
-
-
-_POOL_LOCK = threading.Lock()
-_POOL: dict = {"executor": None, "size": 0}
-
-
-def _executor(n_workers: int) -> concurrent.futures.ThreadPoolExecutor:
-    """A persistent pool (starting threads on every call would cost ~0.1 ms)."""
-    with _POOL_LOCK:
-        if _POOL["size"] < n_workers:
-            if _POOL["executor"] is not None:
-                _POOL["executor"].shutdown(wait=False)
-            _POOL["executor"] = concurrent.futures.ThreadPoolExecutor(
-                max_workers=n_workers, thread_name_prefix="flash_attention")
-            _POOL["size"] = n_workers
-        return _POOL["executor"]
-
-
-def _effective_threads(threads) -> int:
-    """Threads to use: ``threads`` (default: OpenBLAS's count), or 1 if BLAS cannot be held
-    at one thread (Python threads would then fight BLAS's own)."""
-    if _openblas_api() is None:
-        return 1
-    return _blas_threads() if threads is None else threads
-
-
-def _blas_pinned(threads: int):
-    """While several Python threads work, OpenBLAS runs every product in the calling thread.
-    Everything from validation to the last product runs inside, so OpenBLAS's own
-    threads are never woken in between (they would spin and steal the cores)."""
-    return _single_threaded_blas() if threads > 1 else contextlib.nullcontext()
-
-
-def _parallel_drain(items, make_state, run, threads: int) -> None:
-    """``run(state, item)`` for every item; ``threads`` threads (the caller is one of them)
-    take the next item as they become free; each thread has its own ``make_state()``."""
-    threads = min(threads, len(items))
-    if threads <= 1:
-        state = make_state()
-        for item in items:
-            run(state, item)
-        return
-    lock = threading.Lock()
-    position = iter(range(len(items)))
-
-    def drain():
-        state = make_state()
-        while True:
-            with lock:
-                k = next(position, None)
-            if k is None:
-                return
-            run(state, items[k])
-
-    futures = [_executor(threads - 1).submit(drain) for _ in range(threads - 1)]
-    try:
-        drain()
-    finally:
-        for f in futures:
-            f.result()
-
-
-def _linear(x, W, threads: int, auto: bool = True, scratch=None):
-    """``x @ W`` for ``x`` ``(..., n, d_in)``, the product shared among the threads:
-    by blocks of rows when there are many rows, else by blocks of columns of W (each
-    thread then packs only its part of W -- with few rows, packing W is most of the work).
-    ``scratch``: name of a reused buffer for the result (for intermediates; see :func:`_buffer`)."""
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, x.shape[-1])                        # (rows, d_in); a view when possible
-    m, n = x2.shape[0], W.shape[1]
-    dtype = np.result_type(x2, W)
-    out = (np.empty((m, n), dtype) if scratch is None
-           else _buffer(scratch, m * n, dtype).reshape(m, n))   # (rows, d_out)
-    if auto and m * n * x2.shape[1] < _MIN_MACS_PER_THREAD * threads:
-        threads = 1
-    by_rows = m >= 512 * threads
-    if by_rows:
-        step = -(-m // threads)
-        blocks = [(slice(r0, r0 + step), slice(None)) for r0 in range(0, m, step)]
-    else:
-        step = -(-n // threads)
-        step = -(-step // 64) * 64                         # a multiple of 64 columns
-        blocks = [(slice(None), slice(c0, c0 + step)) for c0 in range(0, n, step)]
-
-    def run(_, block):
-        rows, cols = block
-        np.matmul(x2[rows], W[:, cols], out=out[rows, cols])
-
-    _parallel_drain(blocks, lambda: None, run, threads)
-    return out.reshape(*lead, n)                           # (..., n, d_out)
-
-
-# ---------------------------------------------------------------------------
-# Argument checks
-# ---------------------------------------------------------------------------
-def _check_qkv(Q, K, V):
-    """Types and shapes (finiteness is checked by the core, see :func:`_flash_core`)."""
-    Q, K, V = check_qkv(Q, K, V)
-    if K.shape[-2] == 0 or K.shape[-1] == 0:
-        raise ValueError(
-            f"K must have at least one position and one feature (n_k, d_k >= 1), got K {K.shape}"
-        )
-    return Q, K, V
-
-
 def _check_finite_fast(arr, name, allow_neg_inf=False):
     """:func:`check_finite` at the cost of one reduction: NaN and +-inf make ``x . x``
     (or the sum) non-finite. A finite but huge array may overflow it; then the
@@ -278,10 +110,6 @@ def _check_mask(mask, score_shape):
     if mask.dtype != bool:
         _check_finite_fast(mask, "mask", allow_neg_inf=True)
     return mask.reshape((1,) * (len(score_shape) - mask.ndim) + mask.shape)
-
-
-def _check_block(value, name):
-    return positive_int(value, name)
 
 
 # ---------------------------------------------------------------------------
@@ -335,8 +163,6 @@ class _Tiles:
 # Below this many scores per thread, one thread is faster: every NumPy call is a
 # chance for the threads to wait for each other's GIL (tens of microseconds each).
 _MIN_SCORES_PER_THREAD = 1 << 19
-# And below this many multiply-adds per thread, a product is not worth splitting.
-_MIN_MACS_PER_THREAD = 1 << 22
 
 # Smallest row sum the direct path accepts (see _Worker._direct): p below the
 # smallest normal number (2^-126 in float32, 2^-1022 in float64) then weighs
@@ -344,25 +170,6 @@ _MIN_MACS_PER_THREAD = 1 << 22
 _DIRECT_MIN_SUM = {4: 2.0 ** -60, 8: 2.0 ** -600}
 
 
-_LOCAL = threading.local()   # per thread: the scratch buffers, reused across calls
-_GENERATION = [0]            # bumped by release_buffers(); older buffers are dropped on next use
-
-
-def _buffer(name: str, size: int, dtype) -> np.ndarray:
-    """A flat scratch array of at least ``size`` elements, kept by this thread between calls.
-
-    Fresh memory is expensive: the first touch of every 4 KiB page is a page
-    fault (about 0.3 us per KiB on the benchmark machine), which costs more than
-    the arithmetic on small inputs. So each thread allocates its tile buffers
-    once and reuses them; :func:`release_buffers` lets them go.
-    """
-    if getattr(_LOCAL, "generation", None) != _GENERATION[0]:
-        _LOCAL.buffers, _LOCAL.generation = {}, _GENERATION[0]
-    key = (name, np.dtype(dtype).str)
-    buf = _LOCAL.buffers.get(key)
-    if buf is None or buf.size < size:
-        buf = _LOCAL.buffers[key] = np.empty(size, dtype)
-    return buf[:size]
 
 
 def _scratch(G, r, c, d_k, d_v, dtype):
@@ -381,15 +188,6 @@ def _scratch(G, r, c, d_k, d_v, dtype):
             np.finfo(dtype).tiny, _DIRECT_MIN_SUM[np.dtype(dtype).itemsize])
         cached = _LOCAL.scratch = (key, buffers)
     return cached[1]
-
-
-def release_buffers() -> None:
-    """Let go of the scratch buffers each thread keeps between calls of
-    :func:`flash_attention` (about ``block_q * block_k`` scores per thread:
-    1 MiB in float32 at the default tiles). They are freed by their thread's
-    next call (or when the thread ends); the calling thread's at once."""
-    _GENERATION[0] += 1
-    _LOCAL.__dict__.clear()
 
 
 class _Worker:
@@ -616,15 +414,15 @@ def flash_attention(Q, K, V, mask=None, *, causal=False, block_q=DEFAULT_BLOCK_Q
     """
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be True or False, got {describe(causal)}")
-    block_q = _check_block(block_q, "block_q")
-    block_k = _check_block(block_k, "block_k")
+    block_q = positive_int(block_q, "block_q")
+    block_k = positive_int(block_k, "block_k")
     if threads is not None:
         threads = positive_int(threads, "threads")
     if running_max not in ("auto", "always"):
         raise ValueError(f'running_max must be "auto" or "always", got {describe(running_max)}')
     auto, threads = threads is None, _effective_threads(threads)
     with _blas_pinned(threads):
-        Q, K, V = _check_qkv(Q, K, V)
+        Q, K, V = check_qkv(Q, K, V, finite=False)      # finiteness: checked by the core
         score_shape = Q.shape[:-1] + (K.shape[-2],)           # (..., n_q, n_k)
         if mask is not None:
             mask = _check_mask(mask, score_shape)
@@ -682,13 +480,10 @@ class FastMultiHeadAttention:
                  threads=None):
         if not isinstance(mha, MultiHeadAttention):
             raise TypeError(f"mha must be a transformer_course.MultiHeadAttention, got {describe(mha)}")
-        if dtype is not None:
-            dtype = np.dtype(dtype)
-            if not np.issubdtype(dtype, np.floating):
-                raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+        dtype = None if dtype is None else float_dtype(dtype)
         self.mha, self._dtype = mha, dtype
-        self.block_q = _check_block(block_q, "block_q")
-        self.block_k = _check_block(block_k, "block_k")
+        self.block_q = positive_int(block_q, "block_q")
+        self.block_k = positive_int(block_k, "block_k")
         self.threads = None if threads is None else positive_int(threads, "threads")
         self.refresh()
 
@@ -732,21 +527,9 @@ class FastMultiHeadAttention:
         Returns:
             ``(..., n_q, d_model)``. No attention weights (that is the point).
         """
-        query = as_float_array(query, "query", min_ndim=2)
-        key = query if key is None else as_float_array(key, "key", min_ndim=2)
-        value = key if value is None else as_float_array(value, "value", min_ndim=2)
+        # Shapes by the reference's check; finiteness by the cheaper pass below.
+        query, key, value = check_attention_inputs(query, key, value, self.d_model, finite=False)
         d, h, dh = self.d_model, self.n_heads, self.d_head
-        for name, arr in (("query", query), ("key", key), ("value", value)):
-            if arr.shape[-1] != d:
-                raise ValueError(
-                    f"{name} must have last dimension d_model={d}, got shape {arr.shape}"
-                )
-        if key.shape != value.shape:
-            raise ValueError(f"key and value must have the same shape, got {key.shape} and {value.shape}")
-        if query.shape[:-2] != key.shape[:-2]:
-            raise ValueError(
-                f"query and key must have the same leading (batch) dimensions, got {query.shape} and {key.shape}"
-            )
         *lead, n_q, _ = query.shape
         n_k = key.shape[-2]
         if not isinstance(causal, (bool, np.bool_)):
