@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 
 import make_demo_class  # noqa: E402
-from grader import sandbox  # noqa: E402
+from grader.trusted import sandbox  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

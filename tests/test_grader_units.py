@@ -20,8 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader import collect, compare, grading, notebooks, package, report  # noqa: E402
-from grader.sandbox import Limits, _Reader  # noqa: E402
+from grader.trusted import collect, compare, grading, notebooks, package, report  # noqa: E402
+from grader.trusted.sandbox import Limits, _Reader  # noqa: E402
 
 NAME = "01_attention"
 
@@ -135,9 +135,35 @@ def test_read_submission_refuses_bad_files(tmp_path):
         with pytest.raises(notebooks.InvalidNotebook):
             notebooks.read_submission(path, 1 << 20)
     big = tmp_path / "big.ipynb"
-    big.write_text(json.dumps({"cells": [], "pad": "x" * 2000}))
-    with pytest.raises(notebooks.InvalidNotebook, match="MB"):
+    big.write_text(json.dumps({"cells": [], "pad": "x" * 9000}))
+    with pytest.raises(notebooks.InvalidNotebook, match="MB"):      # the file: more than 8 x the limit
         notebooks.read_submission(big, 1000)
+    code = tmp_path / "code.ipynb"
+    code.write_text(json.dumps({"cells": [{"cell_type": "code", "source": "x" * 2000, "metadata": {}}]}))
+    with pytest.raises(notebooks.InvalidNotebook, match="outputs not counted"):
+        notebooks.read_submission(code, 1000)
+
+
+def test_outputs_do_not_count_towards_the_size_limit(tmp_path):
+    """A notebook with many figures is big; only its cells' sources count (issue 12)."""
+    figure = {"output_type": "display_data", "metadata": {}, "data": {"image/png": "A" * 100_000}}
+    cells = [{"cell_type": "code", "source": f"plot({i})", "metadata": {}, "outputs": [figure] * 3}
+             for i in range(100)]
+    path = tmp_path / "figures.ipynb"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    assert path.stat().st_size > 25_000_000
+    got = notebooks.read_submission(path, 25 << 20, 256 << 20)
+    assert [c["source"] for c in got] == [f"plot({i})" for i in range(100)]
+
+
+def test_lone_surrogates_become_replacement_characters(tmp_path):
+    """A lone surrogate (JSON escape \\ud83d) in a cell cannot stop writing the class's files."""
+    path = tmp_path / "s.ipynb"
+    path.write_text('{"cells": [{"cell_type": "markdown", "source": "bad \\ud83d end", "metadata": '
+                    '{"nbgrader": {"grade_id": "w\\udc00"}}}]}')
+    got = notebooks.read_submission(path, 1 << 20)
+    assert got[0]["source"] == "bad \ufffd end" and got[0]["nbgrader"]["grade_id"] == "w\ufffd"
+    got[0]["source"].encode("utf-8")
 
 
 # --------------------------------------------------------------------------- the trusted comparison
@@ -161,10 +187,15 @@ def test_prepare_and_compare_roundtrip(tmp_path, assignment):
         other.expected["attention.sdpa"][1], ref)
 
 
-def test_derive_seed_differs_per_student():
-    assert compare.derive_seed(1, "alice", NAME) == compare.derive_seed(1, "alice", NAME)
-    assert compare.derive_seed(1, "alice", NAME) != compare.derive_seed(1, "bob", NAME)
-    assert compare.derive_seed(1, "alice", NAME) != compare.derive_seed(2, "alice", NAME)
+def test_derive_seed_differs_per_student_and_per_submission():
+    """Same run seed and same submission: same inputs (a reproducible regrade). Another student,
+    another run seed, or ANY change of the submission (a lookup table of last run's inputs): new ones."""
+    work = b'{"cells": "def softmax(x): ..."}'
+    assert compare.derive_seed(1, "alice", NAME, work) == compare.derive_seed(1, "alice", NAME, work)
+    assert compare.derive_seed(1, "alice", NAME, work) != compare.derive_seed(1, "bob", NAME, work)
+    assert compare.derive_seed(1, "alice", NAME, work) != compare.derive_seed(2, "alice", NAME, work)
+    replay = work + b"\nTABLE = {...}"
+    assert compare.derive_seed(1, "alice", NAME, work) != compare.derive_seed(1, "alice", NAME, replay)
 
 
 @pytest.mark.parametrize("got,reason", [
@@ -231,39 +262,86 @@ def test_exported_pickles_and_zip_bombs_are_refused():
 
 
 # --------------------------------------------------------------------------- the sandbox's package copy
-def test_sandbox_package_blocks_this_notebooks_functions(tmp_path, assignment, monkeypatch):
-    import transformer_course
+def _run_with_package(dest, code):
+    import subprocess
 
-    blocked = package.blocked_for(assignment, transformer_course)
-    assert {n for _, n in blocked} == {"softmax", "scaled_dot_product_attention"}
-    dest = package.build_sandbox_package(ROOT / "lib" / "transformer_course", tmp_path / "pkg", blocked)
+    prog = f"import sys; sys.path.insert(0, {str(dest)!r})\n" + code
+    return subprocess.run([sys.executable, "-I", "-c", prog], capture_output=True, text=True)
+
+
+def test_sandbox_package_blocks_this_notebooks_functions(tmp_path, assignment):
+    plan = package.plan_for(assignment, ROOT / "lib")
+    assert plan.blocked_names == {"softmax", "scaled_dot_product_attention"}
+    dest = package.build_sandbox_package(ROOT / "lib", tmp_path / "pkg", plan, NAME)
     assert not (dest / "transformer_course" / "grading" / "cases_01_attention.py").exists()
-    code = (
-        "import sys; sys.path.insert(0, %r)\n"
+    out = _run_with_package(dest, (
         "import transformer_course as tc, numpy as np\n"
-        "assert tc.__file__.startswith(%r)\n"
+        f"assert tc.__file__.startswith({str(dest)!r})\n"
         "for f in (lambda: tc.softmax(np.zeros(3)), lambda: tc.scaled_dot_product_attention(*[np.ones((2, 2))] * 3)):\n"
         "    try:\n        f()\n    except NotImplementedError as e:\n        assert 'not available while grading' in str(e)\n"
         "    else:\n        raise SystemExit('reference reachable')\n"
-        "assert tc.layer_norm(np.ones((2, 4))).shape == (2, 4)\n"
         "import transformer_course.grading as g\n"
         "assert not hasattr(g, 'CASES') and not hasattr(g, 'case_rng')\n"
-        "print('ok')\n" % (str(dest), str(dest)))
-    import subprocess
-
-    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True)
+        "print('ok')\n"))
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_another_notebooks_module_cannot_compute_this_notebooks_answer(tmp_path, assignment):
+    """flash_attention computes both exercises of notebook 01 (softmax = attention with zero scores, the
+    input as an additive mask, V = I): notebook 01 does not import it, so its sandbox does not have it --
+    by the rule (only what the notebook imports), not by its name."""
+    import numpy as np
+    import transformer_course as real
+
+    x = np.random.default_rng(0).normal(size=(3, 5))
+    zeros, eye = np.zeros((3, 5, 1)), np.broadcast_to(np.eye(5), (3, 5, 5))
+    out = real.flash_attention(zeros, zeros, eye, mask=x[:, None, :].repeat(5, 1))
+    via_flash = (out[0] if isinstance(out, tuple) else out)[:, 0, :]
+    assert np.allclose(via_flash, real.softmax(x)), "the premise: flash_attention computes softmax"
+
+    plan = package.plan_for(assignment, ROOT / "lib")
+    dest = package.build_sandbox_package(ROOT / "lib", tmp_path / "pkg", plan, NAME)
+    out = _run_with_package(dest, (
+        "import transformer_course as tc\n"
+        "for attempt in ('tc.flash_attention', 'tc.FastMultiHeadAttention'):\n"
+        "    try:\n        eval(attempt)\n    except AttributeError as e:\n        assert 'not available' in str(e)\n"
+        "    else:\n        raise SystemExit(attempt + ' reachable')\n"
+        "import importlib, pkgutil\n"
+        "names = {m.name for m in pkgutil.iter_modules(tc.__path__)}\n"
+        "print(sorted(names))\n"))
+    assert out.returncode == 0, out.stderr
+    present = set(eval(out.stdout.strip()))
+    # every module present is one notebook 01 imports, or one those import (the rule, whatever names)
+    code = package.CourseCode(ROOT / "lib")
+    imported, _, _ = package.notebook_imports(assignment, code)
+    allowed = {m.split(".")[1] for m in code.closure(imported) if m.count(".") == 1} | {"grading"}
+    assert present == allowed and "fast_attention" not in present
+    assert plan.absent and all(m not in plan.modules for m in plan.absent)
 
 
 def test_blocked_functions_of_earlier_notebooks_stay_available(assignment):
     """A later notebook may import what an earlier one built: blocked only where it is the exercise."""
-    import transformer_course
+    later = notebooks.Assignment("99_later", ROOT, [notebooks.SourceCell(0, "code", "import transformer_course as tc\n"
+                                                                              "tc.scaled_dot_product_attention", None,
+                                                                              "plain")],
+                                 [notebooks.TestCell("t", 1, ["attention.sdpa"], "", "")],
+                                 [], {"x": ["scaled_dot_product_attention"]})
+    plan = package.plan_for(later, ROOT / "lib", [assignment])
+    assert "transformer_course.attention" in plan.modules and plan.blocked == set()
+
+
+def test_what_the_solution_uses_is_never_blocked(tmp_path):
+    """Notebook 07's solution uses layer_norm and TransformerEncoderBlock, which call the private
+    argument checks: nothing of that is blocked (issue 12: a correct 07 lost 6 points)."""
     from transformer_course.grading import CASES
 
-    later = notebooks.Assignment("99_later", ROOT, [], [notebooks.TestCell("t", 1, ["attention.sdpa"], "", "")],
-                                 [], {"x": ["scaled_dot_product_attention"]})
-    assert package.blocked_for(later, transformer_course, [assignment]) == set()
-    assert CASES  # the trusted side keeps every case
+    name = "07_pretrained_minilm"
+    a = notebooks.load_assignment(ROOT / "notebooks", name, CASES, ROOT / "exercises")
+    earlier = [notebooks.load_assignment(ROOT / "notebooks", e, CASES)
+               for e in sorted(p.name for p in (ROOT / "notebooks").iterdir() if p.name[:2].isdigit()) if e < name]
+    plan = package.plan_for(a, ROOT / "lib", earlier)
+    assert not any(package._private(m, n) for m, n in plan.blocked)
+    assert not plan.blocked_names & {"layer_norm", "TransformerEncoderBlock"}
 
 
 def test_sandbox_grading_module_exports_only(tmp_path, monkeypatch):
@@ -274,7 +352,7 @@ def test_sandbox_grading_module_exports_only(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_GRADING_INPUTS", str(tmp_path / "inputs"))
     monkeypatch.setenv("COURSE_GRADING_EXPORT", str(tmp_path / "exports"))
     (tmp_path / "exports").mkdir()
-    spec = importlib.util.spec_from_file_location("sandbox_grading", ROOT / "grader" / "sandbox_grading.py")
+    spec = importlib.util.spec_from_file_location("sandbox_grading", ROOT / "grader" / "sandboxed" / "grading_module.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     case = mod.hidden_case("attention.softmax")
