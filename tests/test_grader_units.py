@@ -10,6 +10,7 @@ import copy
 import io
 import json
 import os
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -569,3 +570,119 @@ def test_collect_copies_notebooks_and_zips(tmp_path):
     assert not (tmp_path / "escape.ipynb").exists()
     custom, _ = collect.plan(lms, [NAME], r"(?P<student>[a-z]+)_(?P<assignment>01_attention)\.ipynb")
     assert [m.student for m in custom] == ["alice"]
+
+
+def test_collect_goes_on_after_an_unreadable_zip_member(tmp_path):
+    """A member with a compression method Python cannot read (issue 12) is skipped with a reason;
+    the files after it are still collected."""
+    lms = tmp_path / "lms"
+    lms.mkdir()
+    with zipfile.ZipFile(lms / "amy_01_attention.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("01_attention.ipynb", '{"cells": []}' * 10)
+    raw = bytearray((lms / "amy_01_attention.zip").read_bytes())
+    for sig, offset in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):      # method field: 8 (deflate) -> 6 (implode)
+        at = raw.index(sig)
+        raw[at + offset:at + offset + 2] = (6).to_bytes(2, "little")
+    (lms / "amy_01_attention.zip").write_bytes(bytes(raw))
+    (lms / "zoe_01_attention.ipynb").write_text('{"cells": []}')
+    matches, skipped = collect.collect(lms, tmp_path / "submitted", [NAME])
+    assert [m.student for m in matches] == ["zoe"]
+    assert len(skipped) == 1 and skipped[0].startswith("amy_01_attention.zip") and "cannot be read" in skipped[0]
+    assert (tmp_path / "submitted" / "zoe" / NAME / f"{NAME}.ipynb").exists()
+    assert not list((tmp_path / "submitted" / "amy").rglob("*.ipynb"))
+
+
+def test_collect_does_not_write_through_a_symlinked_student_folder(tmp_path):
+    lms = tmp_path / "lms"
+    lms.mkdir()
+    (lms / "eve_01_attention.ipynb").write_text('{"cells": []}')
+    (tmp_path / "submitted").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "submitted" / "eve").symlink_to(tmp_path / "elsewhere")
+    matches, skipped = collect.collect(lms, tmp_path / "submitted", [NAME])
+    assert matches == [] and "symbolic link" in skipped[0]
+    assert not list((tmp_path / "elsewhere").rglob("*"))
+
+
+def test_discover_does_not_follow_a_symlinked_student_folder(tmp_path):
+    sub = tmp_path / "submitted"
+    (sub / "alice" / NAME).mkdir(parents=True)
+    (sub / "alice" / NAME / f"{NAME}.ipynb").write_text('{"cells": []}')
+    (sub / "mallory").symlink_to(sub / "alice")
+    found = {s.student: s for s in grading.discover(sub, [NAME], ["alice", "mallory"])}
+    assert found["alice"].status is None
+    assert found["mallory"].status == grading.INVALID and "symbolic link" in found["mallory"].details[0]
+
+
+def test_a_hand_grade_needs_a_submission(tmp_path):
+    """No hand grade for a row where nothing was submitted; an old one does not count (issue 12)."""
+    grades = tmp_path / "grades"
+    (grades / "results" / "s").mkdir(parents=True)
+    record = _record(student="s", auto_status=grading.NO_SUBMISSION, auto_points=0.0)
+    (grades / "results" / "s" / f"{NAME}.json").write_text(json.dumps(record))
+    from grader.__main__ import main
+
+    with pytest.raises(SystemExit, match="no submission"):
+        main(["manual", "--grades", str(grades), "--student", "s", "--notebook", NAME,
+              "--cell", "written_values", "--points", "1"])
+    manual = {("s", NAME, "written_values"): {"points": "2", "comment": "x"}}
+    row = report.row_for(record, manual)
+    assert (row["points"], row["status"]) == ("0", grading.NO_SUBMISSION)
+    html = report.write_feedback(tmp_path, record, row, manual).read_text()
+    assert "waiting for a hand grade" not in html and "no submission" in html
+
+
+def test_table_and_feedback_survive_lone_surrogates_in_records(tmp_path):
+    """A record holding a lone surrogate (JSON-escaped by json.dumps) cannot stop the table."""
+    grades = tmp_path
+    (grades / "results" / "s").mkdir(parents=True)
+    record = _record(student="s", details=["bad \ud83d text"])
+    (grades / "results" / "s" / f"{NAME}.json").write_text(json.dumps(record))
+    rows = report.write_table(grades)
+    assert "bad \ufffd text" in rows[0]["details"]
+    assert "\ufffd" in (grades / "feedback" / "s" / f"{NAME}.html").read_text(encoding="utf-8")
+
+
+def test_seccomp_filter_denies_keyrings_and_namespaces():
+    """The filter the sandbox installs: add_key/keyctl/unshare/ptrace fail with EPERM, fork and
+    threads still work (run in a child process: a filter cannot be removed)."""
+    from grader.trusted import seccomp
+
+    if not seccomp.supported():
+        pytest.skip("seccomp filter defined for x86_64 and aarch64 only")
+    code = (
+        "import ctypes, errno, os, sys, threading\n"
+        f"sys.path.insert(0, {str(ROOT / 'grader' / 'trusted')!r})\n"
+        "import seccomp\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "assert libc.prctl(38, 1, 0, 0, 0) == 0\n"
+        "seccomp.install()\n"
+        "nr = seccomp.ARCHES[os.uname().machine][3]\n"
+        "out = []\n"
+        "for name, args in (('add_key', (b'user', b'k', b'v', 1, ctypes.c_int(-4))), ('keyctl', (0, -4, 0)),\n"
+        "                   ('unshare', (0x10000000,)), ('ptrace', (0, 0, 0, 0))):\n"
+        "    r = libc.syscall(nr[name], *args)\n"
+        "    out.append((name, r, errno.errorcode.get(ctypes.get_errno())))\n"
+        "t = threading.Thread(target=lambda: None); t.start(); t.join()\n"
+        "pid = os.fork()\n"
+        "os._exit(3) if pid == 0 else out.append(('fork', os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])))\n"
+        "print(out)\n")
+    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert eval(proc.stdout) == [("add_key", -1, "EPERM"), ("keyctl", -1, "EPERM"), ("unshare", -1, "EPERM"),
+                                 ("ptrace", -1, "EPERM"), ("fork", 3)]
+
+
+def test_a_notebook_with_big_outputs_is_read(tmp_path):
+    """28 MB of figures: read (outputs dropped), not an invalid file."""
+    figure = {"output_type": "display_data", "metadata": {}, "data": {"image/png": "A" * 1_000_000}}
+    nb = json.loads((ROOT / "exercises" / NAME / f"{NAME}.ipynb").read_text())
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"] = [figure] * 4
+    path = tmp_path / "submitted" / "s" / NAME / f"{NAME}.ipynb"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(nb))
+    assert path.stat().st_size > 25 << 20
+    (sub,) = grading.discover(tmp_path / "submitted", [NAME], ["s"])
+    assert sub.status is None and len(sub.cells) == len(nb["cells"])

@@ -413,7 +413,7 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
     run_seed, seed_source = run_seed_from_env()
     run_dir = Path(tempfile.mkdtemp(prefix="tc-grader-"))
     os.chmod(run_dir, 0o700)   # root only: the sandbox sees its parts through bind mounts, never this folder
-    started = time.monotonic()
+    started, started_unix = time.monotonic(), time.time()
     try:
         plans = {}
         everything = course.assignments()
@@ -487,8 +487,9 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
         "students": all_students, "submissions_run": n_run, "rows": len(subs),
         "seconds": round(elapsed, 2), "seconds_per_submission": round(elapsed / max(1, n_run), 3),
         "median_sandbox_seconds": runs[len(runs) // 2] if runs else None,
-        "workers": workers, "limits": asdict(limits),
+        "workers": workers, "limits": asdict(limits), "sandbox_users": [name for name, _, _ in users],
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "interval_unix": [round(started_unix, 3), round(time.time(), 3)],
     }
     (grades / "run.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return summary
