@@ -82,7 +82,7 @@ def cmd_demo(args) -> int:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    shutil.copytree(DEMO / "submitted", out / "submitted")
+    shutil.copytree(DEMO / "submitted", out / "submitted", symlinks=True)   # a linked folder stays a link
     grades = out / "grades"
     report.import_roster(grades, DEMO / "classlist.csv")
     report.save_manual(grades, report.load_manual(DEMO))

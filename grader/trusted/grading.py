@@ -225,6 +225,7 @@ class Plan:
     assignment: notebooks.Assignment
     pkg_dir: Path
     blocked_names: set[str]
+    unavailable_names: set[str] = field(default_factory=set)
 
 
 def grade_submission(sub: Submission, plan: Plan, *, run_seed: int, run_dir: Path, user, limits: Limits,
@@ -238,6 +239,10 @@ def grade_submission(sub: Submission, plan: Plan, *, run_seed: int, run_dir: Pat
     if uses:
         details.append("imports the course's reference " + ", ".join(f"`{u}`" for u in uses)
                        + " instead of writing it: not available while grading")
+    others = reference_uses(cells, plan.unavailable_names)
+    if others:
+        details.append("imports " + ", ".join(f"`{u}`" for u in others) + f" from the course package: "
+                       f"{sub.assignment} does not use it, so it is not available while grading")
 
     job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=run_dir))   # no student name: the sandbox sees its paths
     job = {"cells": [{"index": c.index, "chunks": c.chunks} for c in cells if c.chunks]}
@@ -422,7 +427,7 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
             earlier = [notebooks.load_assignment(course.source_dir, e, CASES) for e in everything if e < name]
             pplan = package.plan_for(a, course.lib_dir, earlier)
             pkg_dir = package.build_sandbox_package(course.lib_dir, run_dir / f"pkg-{name}", pplan, name)
-            plans[name] = Plan(a, pkg_dir, pplan.blocked_names)
+            plans[name] = Plan(a, pkg_dir, pplan.blocked_names, pplan.unavailable)
         subs = discover(submitted, assignments, all_students)
         n_runnable = sum(1 for s in subs if s.status is None)
         held = sandbox.allocate_users(max(1, min(workers, n_runnable)))

@@ -260,6 +260,7 @@ class PackagePlan:
     modules: set[str]                                  # copied (with the packages' __init__)
     blocked: set[tuple[str, str]]                      # (module, name) that raise NotImplementedError
     absent: set[str] = field(default_factory=set)      # course modules left out
+    unavailable: set[str] = field(default_factory=set)  # names the packages export from left-out modules
 
     @property
     def blocked_names(self) -> set[str]:
@@ -281,7 +282,8 @@ def plan_for(assignment, lib_dir: Path, earlier=()) -> PackagePlan:
     given = solution_uses(assignment, names, aliases)
     blocked = {(m, n) for m, n in blocked if m in modules and n not in given}
     absent = {m for m in code.files if m not in modules and not _is_grading(m)}
-    return PackagePlan(modules, blocked, absent)
+    unavailable = {name for pkg in code.packages for name, m in code.exports(pkg).items() if m in absent}
+    return PackagePlan(modules, blocked, absent, unavailable)
 
 
 def _stub_module(source: str, names: set[str], module: str) -> str:
