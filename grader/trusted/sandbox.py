@@ -221,6 +221,10 @@ def sandbox_problem() -> str | None:
     if os.geteuid() != 0:
         return ("the grader must run as root: it creates an unprivileged sandbox user per worker and "
                 "private namespaces (mount, network, PID) for every submission")
+    from . import seccomp
+
+    if not seccomp.supported():
+        return f"the sandbox's seccomp filter is defined for {', '.join(seccomp.ARCHES)} only, not {os.uname().machine}"
     for tool in ("unshare", "mount", "umount", "useradd"):
         if shutil.which(tool) is None:
             return f"{tool} (util-linux / passwd) is not installed"
