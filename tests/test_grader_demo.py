@@ -244,6 +244,7 @@ def _free_port():
 def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path):
     """Push into a fresh nbgrader gradebook; formgrader (the pinned Jupyter) lists the submissions
     with our scores; a hand grade entered there reaches the grade table."""
+    import urllib.parse
     import urllib.request
 
     from nbgrader.api import Gradebook
@@ -278,7 +279,8 @@ def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path
         [sys.executable, "-m", "jupyter", "server", "--no-browser", f"--port={port}", "--ServerApp.token=t",
          f"--ServerApp.root_dir={course}", "--allow-root"],
         cwd=course, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env=dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"))
+        env=dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                 JUPYTER_PATH=str(ROOT / "grader" / "jupyter")))     # formgrader's MathJax from this server
     try:
         url = f"http://127.0.0.1:{port}/formgrader/api/submitted_notebooks/01_attention/01_attention?token=t"
         listing = None
@@ -298,6 +300,12 @@ def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path
                                     timeout=30) as resp:
             page = resp.read().decode()
         assert "written_values" in page
+        # the maths renders offline: MathJax from this server (jupyter-server-mathjax), no CDN
+        assert "cdnjs" not in page and "../../../static/jupyter_server_mathjax/MathJax.js" in page
+        mathjax = urllib.parse.urljoin(f"http://127.0.0.1:{port}/formgrader/submissions/{carol}/",
+                                       "../../../static/jupyter_server_mathjax/MathJax.js")
+        with urllib.request.urlopen(mathjax, timeout=30) as resp:
+            assert resp.status == 200 and b"MathJax" in resp.read(4096)
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -38,14 +38,16 @@ def load_manual(grades: Path) -> dict[tuple[str, str, str], dict]:
         return {(r["student"], r["notebook"], r["cell"]): r for r in csv.DictReader(fh)}
 
 
-def save_manual(grades: Path, entries: dict) -> None:
-    path = Path(grades) / "manual.csv"
+def _write_csv(path: Path, fields: list[str], rows) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, MANUAL_FIELDS)
+    with path.open("w", newline="", encoding="utf-8", errors="replace") as fh:
+        writer = csv.DictWriter(fh, fields)
         writer.writeheader()
-        for key in sorted(entries):
-            writer.writerow({f: entries[key].get(f, "") for f in MANUAL_FIELDS})
+        writer.writerows({f: row.get(f, "") for f in fields} for row in rows)
+
+
+def save_manual(grades: Path, entries: dict) -> None:
+    _write_csv(Path(grades) / "manual.csv", MANUAL_FIELDS, [entries[key] for key in sorted(entries)])
 
 
 def load_roster(grades: Path) -> list[dict]:
@@ -72,13 +74,7 @@ def import_roster(grades: Path, classlist: Path) -> tuple[int, int]:
             raise SystemExit(f"{classlist}: student id {sid!r} cannot be a folder name")
         added += sid not in roster
         roster[sid] = {f: (row.get(f) or "").strip() for f in ROSTER_FIELDS} | {"id": sid}
-    path = Path(grades) / "students.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, ROSTER_FIELDS)
-        writer.writeheader()
-        for sid in sorted(roster):
-            writer.writerow(roster[sid])
+    _write_csv(Path(grades) / "students.csv", ROSTER_FIELDS, [roster[sid] for sid in sorted(roster)])
     return added, len(roster)
 
 
