@@ -4,7 +4,8 @@ runs on one host at the same time give the same grades as one run alone (issue 1
 The class is built by tests/fixtures/correct_class.py: for each notebooks/NN_*/ (whatever notebooks
 exist, later ones included), the released exercise with the source's solutions put into its solution
 cells -- what a student who solved everything submits. Two `python -m grader grade` runs of that class
-(two courses on one server) run at once in the real sandbox. Each must give every notebook its full
+(two courses on one server; in the second, one notebook was saved with 28 MB of figures) run at
+once in the real sandbox. Each must give every notebook its full
 autograded points, leave the written answers "needs manual grading", use sandbox users of its own,
 and produce exactly the same table as the other (same COURSE_GRADING_SEED: the same inputs).
 """
@@ -40,6 +41,16 @@ def two_runs(tmp_path_factory):
     for name in ("course_a", "course_b"):
         out = tmp_path_factory.mktemp(name)
         correct_class.write_class(out)
+        if name == "course_b":          # saved with its figures: 28 MB, graded all the same (issue 12)
+            first = correct_class.notebooks()[0]
+            path = out / "submitted" / "correct_1" / first / f"{first}.ipynb"
+            nb = json.loads(path.read_text(encoding="utf-8"))
+            figure = {"output_type": "display_data", "metadata": {}, "data": {"image/png": "iVBOR" * 200_000}}
+            code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+            for cell in code:
+                cell["outputs"] = [figure] * (28 // len(code) + 1)
+            path.write_text(json.dumps(nb), encoding="utf-8")
+            assert path.stat().st_size > 28_000_000
         outs.append(out)
         procs.append(subprocess.Popen([sys.executable, "-m", "grader", "grade", "--submitted",
                                        str(out / "submitted"), "--grades", str(out / "grades"), "--quiet"],

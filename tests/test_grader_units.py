@@ -686,3 +686,31 @@ def test_a_notebook_with_big_outputs_is_read(tmp_path):
     assert path.stat().st_size > 25 << 20
     (sub,) = grading.discover(tmp_path / "submitted", [NAME], ["s"])
     assert sub.status is None and len(sub.cells) == len(nb["cells"])
+
+
+def test_the_grader_has_no_import_circles_and_the_trusted_side_never_imports_the_sandboxed():
+    """grader/trusted/ and grader/sandboxed/ show the trust boundary (issue 13); no module imports
+    one that imports it back, directly or not."""
+    import ast as _ast
+
+    graph = {}
+    for path in (ROOT / "grader").rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module.removesuffix(".__init__")
+        deps = set()
+        for node in _ast.walk(_ast.parse(path.read_text())):
+            if isinstance(node, _ast.ImportFrom) and node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+                deps |= {f"{target}.{a.name}" for a in node.names} | {target}
+            elif isinstance(node, _ast.ImportFrom) and (node.module or "").startswith("grader"):
+                deps |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        graph[module.removesuffix(".__init__")] = deps
+    graph = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
+    assert not any(d.startswith("grader.sandboxed") for m, deps in graph.items() if ".trusted" in m for d in deps)
+
+    def reaches(start, goal, seen=()):
+        return any(d == goal or (d not in seen and reaches(d, goal, (*seen, d))) for d in graph[start])
+
+    circles = sorted(m for m in graph if reaches(m, m))
+    assert circles == [], circles

@@ -4,6 +4,6 @@ collect (LMS folder -> submitted/), notebooks (read sources and submissions, reb
 package (the sandbox's copy of the course package), compare (draw inputs, references,
 trusted comparison), sandbox + zygote + seccomp (build the sandbox, supervise it, read
 its exports), grading (one submission, the class), report (table, feedback, hand grades,
-class list), formgrader (nbgrader's gradebook). Imports go one way:
-report -> formgrader is not allowed; formgrader -> report is (see grader/README.md, "Files").
+class list), formgrader (nbgrader's gradebook). Imports go one way, without circles: report and
+formgrader both read store and neither imports the other (tests/test_grader_units.py checks it).
 """

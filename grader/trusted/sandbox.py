@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-USER_PREFIX = "tcgrader"
+USER_PREFIX = "tcsandbox"    # not the tcgrader<N> of graders before run-owned users: those kill by uid
 
 
 @dataclass
@@ -85,7 +85,7 @@ MAX_SLOTS = 512
 class SandboxUsers:
     """Unprivileged users that belong to THIS grading run alone, for as long as it holds them.
 
-    Slot n is the system user ``tcgrader<n>`` (created with useradd when missing). A run takes
+    Slot n is the system user ``tcsandbox<n>`` (created with useradd when missing). A run takes
     a slot by holding an exclusive lock on /run/tc-grader/slot-<n>.lock; other runs on the host
     (another course, another instructor, a --student regrade) skip locked slots, so no two runs
     share a uid: killing "every process of the sandbox uid" and the per-uid process limit then

@@ -12,7 +12,8 @@ job it forks:
         G  (PID 1 of the new PID namespace)
            runs the set-up script: a new root file system (see sandbox.SETUP_SCRIPT), pivot_root
            resource limits; drops the capability bounding set; setgroups([]); setresgid/setresuid to the
-           run's own sandbox user; no_new_privs; the seccomp filter (seccomp.py); parent-death signal; closes every other descriptor;
+           run's own sandbox user; no_new_privs; the seccomp filter (seccomp.py); parent-death signal;
+           closes every other descriptor;
            a fresh environment; then the cell runner -- and the student's code.
 
 So a submission starts in the same sandbox as with a fresh interpreter
