@@ -714,3 +714,26 @@ def test_the_grader_has_no_import_circles_and_the_trusted_side_never_imports_the
 
     circles = sorted(m for m in graph if reaches(m, m))
     assert circles == [], circles
+
+
+def test_package_rule_on_a_package_laid_out_otherwise(tmp_path):
+    """The rule reads imports, not file names: `from . import sub` in __init__, a second package in
+    lib/ (e.g. fast attention moved out), absolute imports between them."""
+    lib = tmp_path / "lib"
+    (lib / "course").mkdir(parents=True)
+    (lib / "course_fast").mkdir()
+    (lib / "course" / "__init__.py").write_text("from . import basics, extra\nfrom .basics import f\n"
+                                                 "from course_fast import fast\n__all__ = ['f', 'fast']\n")
+    (lib / "course" / "basics.py").write_text("def f(x):\n    return x + 1\n")
+    (lib / "course" / "extra.py").write_text("def g(x):\n    return 2 * x\n")
+    (lib / "course_fast" / "__init__.py").write_text("from .impl import fast\n")
+    (lib / "course_fast" / "impl.py").write_text("from course.basics import f\n\ndef fast(x):\n    return f(x)\n")
+    a = notebooks.Assignment("01_x", tmp_path, [notebooks.SourceCell(0, "code", "from course import f\nf(1)",
+                                                                     None, "plain")], [], [], {})
+    plan = package.plan_for(a, lib)
+    assert plan.modules == {"course", "course.basics"}
+    assert {"course.extra", "course_fast", "course_fast.impl"} <= plan.absent and "fast" in plan.unavailable
+    dest = package.build_sandbox_package(lib, tmp_path / "pkg", plan, "01_x")
+    out = _run_with_package(dest, "import course\nassert course.f(1) == 2\n"
+                                  "try:\n    course.fast\nexcept AttributeError as e:\n    print('absent:', e)\n")
+    assert out.returncode == 0 and "not available while grading 01_x" in out.stdout, out.stderr

@@ -19,7 +19,10 @@ any notebook added later, whatever its modules are called:
    class that this notebook's hidden cases use as their reference, and every one
    named like a function the notebook's solution cells define, keeps its name but
    raises ``NotImplementedError`` -- except what an EARLIER notebook had the student
-   build, and what NN's own solution cells call (both are given to the student).
+   build, what NN's own solution cells call (both are given to the student), and what
+   those functions need in turn (read from their source): the tools a solution uses work.
+   Other cells that call this notebook's reference (a comparison cell) fail while grading,
+   at no cost in points.
    Private helpers (``_checks``, names with a leading underscore) are never blocked:
    an argument check is not an answer.
 3. ``transformer_course/grading`` is replaced by grader/sandboxed/grading_module.py
@@ -82,8 +85,12 @@ class CourseCode:
                 target = self._resolve(package, node, package_init=True)
                 if target in self.files:
                     for alias in node.names:
-                        out[alias.asname or alias.name] = target
+                        out[alias.asname or alias.name] = self.source_of(target, alias.name)
         return out
+
+    def source_of(self, target: str, name: str) -> str:
+        """The module that ``from target import name`` reads: the submodule ``name``, or ``target``."""
+        return f"{target}.{name}" if f"{target}.{name}" in self.files else target
 
     def _resolve(self, module: str, node: ast.ImportFrom, package_init: bool = False) -> str | None:
         if node.level:
@@ -193,6 +200,64 @@ def solution_uses(assignment, names: dict[str, str], aliases: dict[str, str]) ->
     return used
 
 
+def _resolve_name(code: CourseCode, names: dict[str, str], aliases: dict[str, str], name: str):
+    """(module, name) of a course name the notebook uses (through an import or ``tc.name``)."""
+    module = names.get(name)
+    if module is None:
+        for package in set(aliases.values()):
+            module = code.exports(package).get(name) if package in code.packages else None
+            if module:
+                break
+    return (module, name) if module else None
+
+
+def calls(code: CourseCode, module: str, name: str) -> set[tuple[str, str]]:
+    """The course functions/classes that ``module.name``'s source refers to (read, not run)."""
+    tree = code.tree(module)
+    imported: dict[str, object] = {}          # local name -> (module, name) or a module's dotted name
+    defs = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            target = code._resolve(module, node)
+            if target not in code.files:
+                continue
+            for alias in node.names:
+                local = alias.asname or alias.name
+                if f"{target}.{alias.name}" in code.files:
+                    imported[local] = f"{target}.{alias.name}"
+                elif code.is_package(target) and alias.name in code.exports(target):
+                    imported[local] = (code.exports(target)[alias.name], alias.name)
+                else:
+                    imported[local] = (target, alias.name)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defs[node.name] = node
+    if name not in defs:
+        return set()
+    out = set()
+    for node in ast.walk(defs[name]):
+        if isinstance(node, ast.Name):
+            if node.id in defs and node.id != name:
+                out.add((module, node.id))
+            elif isinstance(imported.get(node.id), tuple):
+                out.add(imported[node.id])
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and isinstance(imported.get(node.value.id), str):
+            out.add((imported[node.value.id], node.attr))
+    return {(m, n) for m, n in out if m in code.files}
+
+
+def reached_from(code: CourseCode, start: set[tuple[str, str]], modules: set[str]) -> set[tuple[str, str]]:
+    """Every course function/class that ``start`` refers to, directly or not, within ``modules``."""
+    seen, todo = set(), [s for s in start if s[0] in modules]
+    while todo:
+        item = todo.pop()
+        if item in seen:
+            continue
+        seen.add(item)
+        todo.extend(c for c in calls(code, *item) if c[0] in modules and c not in seen)
+    return seen
+
+
 def _is_grading(module: str) -> bool:
     parts = module.split(".")
     return len(parts) > 1 and parts[1] == "grading"
@@ -281,6 +346,9 @@ def plan_for(assignment, lib_dir: Path, earlier=()) -> PackagePlan:
         blocked -= _built_by(previous, code)
     given = solution_uses(assignment, names, aliases)
     blocked = {(m, n) for m, n in blocked if m in modules and n not in given}
+    # The tools the solution uses must work: what they need in turn (read from their source) is not blocked.
+    tools = {_resolve_name(code, names, aliases, n) for n in given}
+    blocked -= reached_from(code, {t for t in tools if t is not None and t not in blocked}, modules)
     absent = {m for m in code.files if m not in modules and not _is_grading(m)}
     unavailable = {name for pkg in code.packages for name, m in code.exports(pkg).items() if m in absent}
     return PackagePlan(modules, blocked, absent, unavailable)
@@ -307,9 +375,12 @@ def _package_init(code: CourseCode, package: str, modules: set[str], notebook: s
     for node in tree.body:
         if isinstance(node, ast.ImportFrom):
             target = code._resolve(package, node, package_init=True)
-            if target in code.files and target not in modules:
-                dropped.extend(alias.asname or alias.name for alias in node.names)
-                continue
+            if target in code.files:          # keep each name whose module is in the copy
+                keep = [a for a in node.names if code.source_of(target, a.name) in modules]
+                dropped.extend(a.asname or a.name for a in node.names if a not in keep)
+                if not keep:
+                    continue
+                node.names = keep
         body.append(node)
     kept = []
     for node in body:
