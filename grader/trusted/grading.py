@@ -384,7 +384,6 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
                 students: list[str] | None = None, roster: list[str] = (), workers: int = 2,
                 limits: Limits | None = None, progress: bool = True, log=print) -> dict:
     """Grade every submission under ``submitted`` into ``grades``; return the run's summary."""
-    import transformer_course
     from transformer_course.grading import CASES
 
     limits = limits or Limits()

@@ -19,10 +19,11 @@ process that, before any student code runs:
   this file system at all;
 * sets resource limits (address space, processes, CPU seconds, file size, open
   files, no core dumps), drops the capability bounding set, switches to the
-  worker's unprivileged sandbox user with no supplementary groups, sets
-  no_new_privs, and replaces the environment (HOME in /tmp; none of the
+  worker's unprivileged sandbox user (owned by this run alone, see SandboxUsers)
+  with no supplementary groups, sets no_new_privs, installs the seccomp filter
+  (seccomp.py), and replaces the environment (HOME in /tmp; none of the
   instructor's variables);
-* then runs the cells (runner.py) as PID 1 of its PID namespace: when it ends, or
+* then runs the cells (grader/sandboxed/runner.py) as PID 1 of its PID namespace: when it ends, or
   is killed, every process the submission started dies with it.
 
 The supervisor (this module, trusted, outside) reads the merged stdout/stderr
@@ -219,7 +220,7 @@ def umount(path: Path) -> None:
 def sandbox_problem() -> str | None:
     """Why the sandbox cannot be built on this machine (None when it can)."""
     if os.geteuid() != 0:
-        return ("the grader must run as root: it creates an unprivileged sandbox user per worker and "
+        return ("the grader must run as root: it creates unprivileged sandbox users and "
                 "private namespaces (mount, network, PID) for every submission")
     from . import seccomp
 
