@@ -737,3 +737,23 @@ def test_package_rule_on_a_package_laid_out_otherwise(tmp_path):
     out = _run_with_package(dest, "import course\nassert course.f(1) == 2\n"
                                   "try:\n    course.fast\nexcept AttributeError as e:\n    print('absent:', e)\n")
     assert out.returncode == 0 and "not available while grading 01_x" in out.stdout, out.stderr
+
+
+def test_stripped_metadata_tests_run_where_they_were_not_after_a_scratch_cell(assignment):
+    """Every cell's metadata stripped and a scratch cell at the end that redefines the attention:
+    the re-inserted test cells run right after the student's answers, before the scratch cell, and
+    the answer (not the scratch) is matched as the solution (issue 12: honest work scored 2/5)."""
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+    import make_demo_class as demo
+
+    released = json.loads((ROOT / "exercises" / NAME / f"{NAME}.ipynb").read_text())
+    nb = demo.build_notebook(released, demo.STUDENTS["jan_scratch_after_answer"])
+    student = [{"cell_type": c["cell_type"], "source": "".join(c["source"]), "nbgrader": {}} for c in nb["cells"]]
+    cells, notes = notebooks.rebuild(assignment, student)
+    order = [(c.kind, c.grade_id) for c in cells if c.kind in ("solution", "test")]
+    assert order == [("solution", "softmax"), ("test", "test_softmax"), ("solution", "sdpa"), ("test", "test_sdpa")]
+    scratch = next(i for i, c in enumerate(cells) if "scratch" in c.source)
+    assert scratch == len(cells) - 1
+    assert max(i for i, c in enumerate(cells) if c.kind == "test") < scratch
+    sdpa = next(c for c in cells if c.grade_id == "sdpa")
+    assert "np.sqrt(Q.shape[-1])" in sdpa.source          # the answer, not the scratch (scaled by d_k)
