@@ -13,6 +13,7 @@ tolerance (the same measure as the notebooks' ``assert_close``).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import json
 import re
@@ -27,10 +28,17 @@ def _safe(case_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", case_id)
 
 
-def derive_seed(run_seed: int, *parts: str) -> int:
-    """A per-submission seed: different inputs for every student, reproducible from the run's seed."""
-    digest = hashlib.sha256(":".join([str(run_seed), *parts]).encode()).digest()
-    return int.from_bytes(digest[:4], "little")
+def derive_seed(run_seed: int, student: str, assignment: str, content: bytes) -> int:
+    """The seed of one submission's hidden inputs: HMAC-SHA256 keyed by the run's secret seed over
+    the student, the notebook and a digest of exactly what runs (the rebuilt cells, the extra files).
+
+    A regrade of the SAME submission with the same COURSE_GRADING_SEED draws the same inputs
+    (reproducible); any change to the submission -- a lookup table of inputs printed in an earlier
+    run's feedback included -- draws new ones, so answers cannot be replayed.
+    """
+    message = json.dumps([student, assignment, hashlib.sha256(content).hexdigest()]).encode()
+    digest = hmac.new(str(run_seed).encode(), message, hashlib.sha256).digest()
+    return int.from_bytes(digest[:8], "little")
 
 
 # --------------------------------------------------------------------------- inputs

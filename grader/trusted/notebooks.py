@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .textsafe import clean
+
 HIDDEN_BLOCK = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n(.*?)^[ \t]*### END HIDDEN TESTS[ \t]*\n?",
                           re.S | re.M)
 STRING_LITERAL = re.compile(r"""(?P<q>["'])([A-Za-z0-9_.\-]+)(?P=q)""")
@@ -164,11 +166,17 @@ def load_assignment(source_dir: Path, name: str, known_cases, release_dir: Path 
 
 
 # --------------------------------------------------------------------------- submissions
-def read_submission(path: Path, max_bytes: int) -> list[dict]:
-    """The cells of a submitted notebook as plain dicts; InvalidNotebook when it cannot be read."""
+def read_submission(path: Path, max_bytes: int, max_file_bytes: int | None = None) -> list[dict]:
+    """The cells of a submitted notebook as plain dicts; InvalidNotebook when it cannot be read.
+
+    Outputs (figures, printed text) are dropped before anything is counted: ``max_bytes`` limits
+    what is kept -- the cells' sources -- and ``max_file_bytes`` (default 8 x ``max_bytes``) only
+    the file that is parsed. Every string is made encodable (a lone surrogate becomes U+FFFD).
+    """
     size = path.stat().st_size
-    if size > max_bytes:
-        raise InvalidNotebook(f"the file is {size / 1e6:.1f} MB, more than the {max_bytes / 1e6:.0f} MB allowed")
+    limit = max_file_bytes or 8 * max_bytes
+    if size > limit:
+        raise InvalidNotebook(f"the file is {size / 1e6:.1f} MB, more than the {limit / 1e6:.0f} MB allowed")
     raw = path.read_bytes()
     try:
         nb = json.loads(raw.decode("utf-8"))
@@ -187,7 +195,12 @@ def read_submission(path: Path, max_bytes: int) -> list[dict]:
     for i, cell in enumerate(nb["cells"]):
         if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
             raise InvalidNotebook(f"cell {i} is not a notebook cell")
-        cells.append({"cell_type": cell["cell_type"], "source": _source_text(cell), "nbgrader": _nbgrader_meta(cell)})
+        cells.append({"cell_type": cell["cell_type"], "source": clean(_source_text(cell)),
+                      "nbgrader": clean(_nbgrader_meta(cell))})
+    kept = sum(len(c["source"]) for c in cells)
+    if kept > max_bytes:
+        raise InvalidNotebook(f"the cells' code and text (outputs not counted) are {kept / 1e6:.1f} MB, "
+                              f"more than the {max_bytes / 1e6:.0f} MB allowed")
     return cells
 
 
@@ -225,7 +238,44 @@ def rebuild(assignment: Assignment, student_cells: list[dict]) -> tuple[list[Exe
         if by_id[gid].kind in ("solution", "written"):
             match[gid] = places[0]
 
-    # Solution cells whose metadata is gone: the student cell that defines the same functions.
+    # Where the released notebook's cells are in the submission: every unchanged released cell without
+    # metadata (the text between the exercises, locked and test cells whose metadata was stripped) is an
+    # anchor, matched in order. Anchors place what lost its metadata where the student had it.
+    anchor: dict[int, int] = {}           # source cell index -> student cell index
+    for gid, i in match.items():
+        anchor[by_id[gid].index] = i
+    pointer = 0
+    for src in assignment.cells:
+        if src.index in anchor:
+            pointer = max(pointer, anchor[src.index] + 1)
+            continue
+        if src.kind == "test":
+            text = tests[src.grade_id].visible.strip()
+        elif src.kind in ("plain", "locked"):
+            text = src.source.strip()
+        else:
+            continue
+        if not text:
+            continue
+        j = next((j for j in range(pointer, len(student_cells))
+                  if not student_cells[j]["nbgrader"].get("grade_id") and j not in anchor.values()
+                  and student_cells[j]["source"].strip() == text), None)
+        if j is None:
+            continue
+        anchor[src.index] = j
+        pointer = j + 1
+        if src.kind in ("test", "locked") and src.grade_id not in match:
+            match[src.grade_id] = j
+            occurrences.setdefault(src.grade_id, []).append(j)
+
+    def window(src_index: int) -> tuple[int, int]:
+        """Student positions of the nearest anchored source cells before and after this one."""
+        lo = max((j for k, j in anchor.items() if k < src_index), default=-1)
+        hi = min((j for k, j in anchor.items() if k > src_index and j > lo), default=len(student_cells))
+        return lo, hi
+
+    # Solution cells whose metadata is gone: the student cell that defines the same functions, between
+    # the anchors around the solution (the last such cell there: the definition its test cell sees).
     for gid, names in assignment.solution_names.items():
         if gid in match or not names:
             continue
@@ -233,8 +283,11 @@ def rebuild(assignment: Assignment, student_cells: list[dict]) -> tuple[list[Exe
         candidates = [i for i, sc in enumerate(student_cells)
                       if i not in taken and sc["cell_type"] == "code" and not sc["nbgrader"].get("grade_id")
                       and set(names) <= set(top_level_names(sc["source"]))]
-        if candidates:
-            match[gid] = candidates[-1]
+        lo, hi = window(by_id[gid].index)
+        inside = [i for i in candidates if lo < i < hi]
+        if inside or candidates:
+            match[gid] = (inside or candidates)[-1]
+            anchor[by_id[gid].index] = match[gid]
             notes.append(f"solution cell '{gid}' had lost its nbgrader metadata: matched by the functions it defines")
 
     # Test and locked cells the student still has: the first copy after the cell they follow in the
@@ -255,12 +308,16 @@ def rebuild(assignment: Assignment, student_cells: list[dict]) -> tuple[list[Exe
         out.append({"src": by_id[gid] if gid else None, "student": sc})
     used = set(match)
 
-    # Instructor cells that are missing: re-insert them before the next cell that is present.
+    # Instructor cells that are missing: re-insert them where they were released -- before the student
+    # cell of the next source cell that is present (graded or an unchanged released cell).
     for pos, src in enumerate(order):
         if src.grade_id in used or src.kind not in ("test", "locked"):
             continue
-        later = {c.grade_id for c in order[pos + 1:]}
-        at = next((i for i, e in enumerate(out) if e["src"] is not None and e["src"].grade_id in later), len(out))
+        nxt = min((j for k, j in anchor.items() if k > src.index), default=None)
+        at = next((i for i, e in enumerate(out) if nxt is not None and e["student"] is student_cells[nxt]), None)
+        if at is None:
+            later = {c.grade_id for c in order[pos + 1:]}
+            at = next((i for i, e in enumerate(out) if e["src"] is not None and e["src"].grade_id in later), len(out))
         out.insert(at, {"src": src, "student": None})
         used.add(src.grade_id)
         what = "test cell" if src.kind == "test" else "locked cell"

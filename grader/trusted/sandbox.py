@@ -19,10 +19,11 @@ process that, before any student code runs:
   this file system at all;
 * sets resource limits (address space, processes, CPU seconds, file size, open
   files, no core dumps), drops the capability bounding set, switches to the
-  worker's unprivileged sandbox user with no supplementary groups, sets
-  no_new_privs, and replaces the environment (HOME in /tmp; none of the
+  worker's unprivileged sandbox user (owned by this run alone, see SandboxUsers)
+  with no supplementary groups, sets no_new_privs, installs the seccomp filter
+  (seccomp.py), and replaces the environment (HOME in /tmp; none of the
   instructor's variables);
-* then runs the cells (runner.py) as PID 1 of its PID namespace: when it ends, or
+* then runs the cells (grader/sandboxed/runner.py) as PID 1 of its PID namespace: when it ends, or
   is killed, every process the submission started dies with it.
 
 The supervisor (this module, trusted, outside) reads the merged stdout/stderr
@@ -35,9 +36,11 @@ regular files only, without following links, size-bounded.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pwd
+import stat as _stat
 import secrets
 import select
 import shutil
@@ -50,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-USER_PREFIX = "tcgrader"
+USER_PREFIX = "tcsandbox"    # not the tcgrader<N> of graders before run-owned users: those kill by uid
 
 
 @dataclass
@@ -75,23 +78,83 @@ class Limits:
 
 
 # --------------------------------------------------------------------------- users
-def sandbox_users(count: int) -> list[tuple[str, int, int]]:
-    """One unprivileged system user per worker (created with useradd when missing)."""
-    users = []
-    for slot in range(count):
-        name = f"{USER_PREFIX}{slot}"
+LOCK_DIR = Path("/run/tc-grader")     # root-only: one lock file per sandbox user
+MAX_SLOTS = 512
+
+
+@dataclass
+class SandboxUsers:
+    """Unprivileged users that belong to THIS grading run alone, for as long as it holds them.
+
+    Slot n is the system user ``tcsandbox<n>`` (created with useradd when missing). A run takes
+    a slot by holding an exclusive lock on /run/tc-grader/slot-<n>.lock; other runs on the host
+    (another course, another instructor, a --student regrade) skip locked slots, so no two runs
+    share a uid: killing "every process of the sandbox uid" and the per-uid process limit then
+    concern this run only. The kernel drops the locks when the run ends, however it ends.
+    """
+
+    users: list[tuple[str, int, int]]
+    fds: list[int]
+
+    def release(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+def _lock_dir() -> Path:
+    LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = LOCK_DIR.lstat()
+    if not _stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise RuntimeError(f"{LOCK_DIR} must be a directory owned by root, not writable by others")
+    return LOCK_DIR
+
+
+def _ensure_user(name: str) -> tuple[str, int, int]:
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        with open(_lock_dir() / "useradd.lock", "w") as lock:        # one useradd at a time on the host
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                entry = pwd.getpwnam(name)
+            except KeyError:
+                subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
+                                "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin",
+                                "--comment", "course autograder sandbox", name],
+                               check=True, capture_output=True)
+                entry = pwd.getpwnam(name)
+    if entry.pw_uid == 0 or entry.pw_gid == 0:
+        raise RuntimeError(f"sandbox user {name} has uid or gid 0")
+    return name, entry.pw_uid, entry.pw_gid
+
+
+def allocate_users(count: int) -> SandboxUsers:
+    """``count`` sandbox users that no other grading run on this host uses while this run lives."""
+    folder = _lock_dir()
+    users, fds = [], []
+    for slot in range(MAX_SLOTS):
+        if len(users) == count:
+            break
+        fd = os.open(folder / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
-                            "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin",
-                            "--comment", "course autograder sandbox", name],
-                           check=True, capture_output=True)
-            entry = pwd.getpwnam(name)
-        if entry.pw_uid == 0:
-            raise RuntimeError(f"sandbox user {name} has uid 0")
-        users.append((name, entry.pw_uid, entry.pw_gid))
-    return users
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            user = _ensure_user(f"{USER_PREFIX}{slot}")
+            kill_user_processes(user[1])       # leftovers of a run that died: the slot is ours now
+        except BaseException:
+            os.close(fd)
+            raise
+        users.append(user)
+        fds.append(fd)
+    if len(users) < count:
+        for fd in fds:
+            os.close(fd)
+        raise RuntimeError(f"no free sandbox slot: {MAX_SLOTS} grading runs at once on this host?")
+    return SandboxUsers(users, fds)
 
 
 def processes_of(uid: int) -> list[int]:
@@ -157,8 +220,12 @@ def umount(path: Path) -> None:
 def sandbox_problem() -> str | None:
     """Why the sandbox cannot be built on this machine (None when it can)."""
     if os.geteuid() != 0:
-        return ("the grader must run as root: it creates an unprivileged sandbox user per worker and "
+        return ("the grader must run as root: it creates unprivileged sandbox users and "
                 "private namespaces (mount, network, PID) for every submission")
+    from . import seccomp
+
+    if not seccomp.supported():
+        return f"the sandbox's seccomp filter is defined for {', '.join(seccomp.ARCHES)} only, not {os.uname().machine}"
     for tool in ("unshare", "mount", "umount", "useradd"):
         if shutil.which(tool) is None:
             return f"{tool} (util-linux / passwd) is not installed"
@@ -409,7 +476,7 @@ def run_in_sandbox(*, job: dict, job_dir: Path, pkg_dir: Path, user: tuple[str, 
 
     grading = job_dir / "grading"
     grading.mkdir(parents=True)
-    shutil.copyfile(HERE / "runner.py", grading / "runner.py")
+    shutil.copyfile(HERE.parent / "sandboxed" / "runner.py", grading / "runner.py")
     (grading / "job.json").write_text(json.dumps(job), encoding="utf-8")
     if (job_dir / "inputs").exists():
         shutil.move(str(job_dir / "inputs"), grading / "inputs")

@@ -20,70 +20,11 @@ from pathlib import Path
 
 from . import grading
 
+from .store import (NOT_RUN, ROSTER_FIELDS, import_roster, load_manual, load_records,  # noqa: F401
+                    load_roster, save_manual)
+
 TABLE_FIELDS = ["student", "notebook", "points", "max_points", "status", "details"]
 CELL_FIELDS = ["student", "notebook", "cell", "points", "max_points", "result", "reason"]
-MANUAL_FIELDS = ["student", "notebook", "cell", "points", "comment", "graded_at"]
-ROSTER_FIELDS = ["id", "first_name", "last_name", "email"]
-
-
-# --------------------------------------------------------------------------- stores
-def load_manual(grades: Path) -> dict[tuple[str, str, str], dict]:
-    path = Path(grades) / "manual.csv"
-    if not path.exists():
-        return {}
-    with path.open(newline="", encoding="utf-8") as fh:
-        return {(r["student"], r["notebook"], r["cell"]): r for r in csv.DictReader(fh)}
-
-
-def save_manual(grades: Path, entries: dict) -> None:
-    path = Path(grades) / "manual.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, MANUAL_FIELDS)
-        writer.writeheader()
-        for key in sorted(entries):
-            writer.writerow({f: entries[key].get(f, "") for f in MANUAL_FIELDS})
-
-
-def load_roster(grades: Path) -> list[dict]:
-    path = Path(grades) / "students.csv"
-    if not path.exists():
-        return []
-    with path.open(newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
-
-
-def import_roster(grades: Path, classlist: Path) -> tuple[int, int]:
-    """Merge a class list (columns id, first_name, last_name, email) into grades/students.csv."""
-    with Path(classlist).open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
-        if reader.fieldnames is None or "id" not in reader.fieldnames:
-            raise SystemExit(f"{classlist}: needs a header with at least an 'id' column "
-                             f"(id, first_name, last_name, email)")
-        incoming = [r for r in reader if (r.get("id") or "").strip()]
-    roster = {r["id"]: r for r in load_roster(grades)}
-    added = 0
-    for row in incoming:
-        sid = row["id"].strip()
-        if not grading.safe_name(sid):
-            raise SystemExit(f"{classlist}: student id {sid!r} cannot be a folder name")
-        added += sid not in roster
-        roster[sid] = {f: (row.get(f) or "").strip() for f in ROSTER_FIELDS} | {"id": sid}
-    path = Path(grades) / "students.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, ROSTER_FIELDS)
-        writer.writeheader()
-        for sid in sorted(roster):
-            writer.writerow(roster[sid])
-    return added, len(roster)
-
-
-def load_records(grades: Path) -> list[dict]:
-    out = []
-    for path in sorted((Path(grades) / "results").glob("*/*.json")):
-        out.append(json.loads(path.read_text(encoding="utf-8")))
-    return out
 
 
 # --------------------------------------------------------------------------- rows
@@ -96,12 +37,12 @@ def row_for(record: dict, manual: dict) -> dict:
     points = float(record["auto_points"])
     pending, details = [], list(record["details"])
     for w in record["written"]:
-        entry = manual.get((student, nb, w["grade_id"]))
+        entry = manual.get((student, nb, w["grade_id"])) if record["auto_status"] not in NOT_RUN else None
         if entry is not None:
             points += float(entry["points"])
         elif w["unchanged"]:
             details.append(f"written answer '{w['grade_id']}' left unanswered: 0")
-        elif record["auto_status"] not in (grading.NO_SUBMISSION, grading.INVALID, grading.MISSING):
+        elif record["auto_status"] not in NOT_RUN:
             pending.append(w["grade_id"])
     auto = record["auto_status"]
     if auto is not None:
@@ -113,7 +54,7 @@ def row_for(record: dict, manual: dict) -> dict:
     if pending:
         details.append("needs manual grading: " + ", ".join(pending))
     failed = [t["grade_id"] for t in record["tests"] if not t["passed"]]
-    if failed and auto not in (grading.NO_SUBMISSION, grading.INVALID, grading.MISSING):
+    if failed and auto not in NOT_RUN:
         details.append("failed: " + ", ".join(failed))
     return {"student": student, "notebook": nb, "points": fmt(points), "max_points": fmt(record["max_points"]),
             "status": status, "details": "; ".join(details)}
@@ -129,14 +70,14 @@ def _safe_row(row: dict) -> dict:
     return {k: _cell(v) for k, v in row.items()}
 
 
-def write_table(grades: Path) -> list[dict]:
-    """grades.csv and cells.csv from the records and the hand grades; also every feedback page."""
-    grades = Path(grades)
-    manual = {}
-    if (grades / "formgrader.json").exists():            # hand grades entered in formgrader
-        from . import formgrader
+def write_table(grades: Path, formgrader_grades: dict | None = None) -> list[dict]:
+    """grades.csv and cells.csv from the records and the hand grades; also every feedback page.
 
-        manual.update(formgrader.hand_grades(grades))
+    ``formgrader_grades``: hand grades read back from nbgrader's gradebook (formgrader.hand_grades);
+    a grade recorded with ``grader manual`` wins over them.
+    """
+    grades = Path(grades)
+    manual = dict(formgrader_grades or {})
     manual.update(load_manual(grades))                     # `grader manual` wins
     records = load_records(grades)
     rows = [row_for(r, manual) for r in records]
@@ -223,8 +164,10 @@ def write_feedback(grades: Path, record: dict, row: dict, manual: dict) -> Path:
         parts.append(f"<tr><td><code>{_e(t['grade_id'])}</code></td><td>{_e(fmt(t['points']))} / "
                      f"{_e(fmt(t['max_points']))}</td><td>{result}</td></tr>")
     for w in record["written"]:
-        entry = manual.get((student, nb, w["grade_id"]))
-        if entry:
+        entry = manual.get((student, nb, w["grade_id"])) if record["auto_status"] not in NOT_RUN else None
+        if record["auto_status"] in NOT_RUN:
+            result, pts = f"<span class='fail'>{_e(record['auto_status'])}</span>", f"0 / {_e(fmt(w['max_points']))}"
+        elif entry:
             result = "graded by hand" + (f": {_e(entry.get('comment', ''))}" if entry.get("comment") else "")
             pts = f"{_e(fmt(float(entry['points'])))} / {_e(fmt(w['max_points']))}"
         elif w["unchanged"]:
@@ -273,5 +216,5 @@ def write_feedback(grades: Path, record: dict, row: dict, manual: dict) -> Path:
                 parts.append("<pre class='err'>did not run (the notebook had stopped)</pre>")
         parts.append("</details>" if folded else "</div>")
     parts.append("</body></html>\n")
-    out.write_text("\n".join(parts), encoding="utf-8")
+    out.write_text("\n".join(parts), encoding="utf-8", errors="replace")
     return out

@@ -28,7 +28,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import grading, notebooks, report
+from . import grading, notebooks, store
 
 STATE = "formgrader.json"
 
@@ -101,9 +101,9 @@ def push(*, course: grading.Course, grades: Path, db_url: str | None = None, cou
     autograded = Path(autograded or course.root / "autograded")
     if db_url.startswith("sqlite:///"):
         Path(db_url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    records = report.load_records(grades)
-    roster = {r["id"]: r for r in report.load_roster(grades)}
-    manual = report.load_manual(grades)
+    records = store.load_records(grades)
+    roster = {r["id"]: r for r in store.load_roster(grades)}
+    manual = store.load_manual(grades)
     assignments = {name: notebooks.load_assignment(course.source_dir, name, CASES, course.release_dir)
                    for name in sorted({r["notebook"] for r in records})}
     pushed = 0
@@ -155,7 +155,7 @@ def hand_grades(grades: Path) -> dict[tuple[str, str, str], dict]:
     from nbgrader.api import Gradebook, MissingEntry
 
     out = {}
-    records = report.load_records(grades)
+    records = store.load_records(grades)
     with Gradebook(settings["db_url"], course_id=settings["course_id"]) as gb:
         for r in records:
             for w in r["written"]:
@@ -163,8 +163,14 @@ def hand_grades(grades: Path) -> dict[tuple[str, str, str], dict]:
                     grade = gb.find_grade(w["grade_id"], r["notebook"], r["notebook"], r["student"])
                 except MissingEntry:
                     continue
-                if grade.manual_score is not None:
+                if grade.manual_score is not None and r["auto_status"] not in store.NOT_RUN:
+                    try:
+                        comment = gb.find_comment(w["grade_id"], r["notebook"], r["notebook"], r["student"])
+                        text = comment.manual_comment or comment.auto_comment or ""
+                    except MissingEntry:
+                        text = ""
                     out[(r["student"], r["notebook"], w["grade_id"])] = {
                         "student": r["student"], "notebook": r["notebook"], "cell": w["grade_id"],
-                        "points": f"{grade.manual_score:g}", "comment": "graded in formgrader", "graded_at": ""}
+                        "points": f"{grade.manual_score:g}", "comment": text.strip() or "graded in formgrader",
+                        "graded_at": ""}
     return out

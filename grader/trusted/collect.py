@@ -19,15 +19,17 @@ rule (``--pattern``). Files that match nothing are listed, not guessed at.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .grading import safe_name
+from .store import safe_name
 
-MAX_MEMBER = 25 << 20
+MAX_MEMBER = 256 << 20       # as grading.MAX_NOTEBOOK_FILE_BYTES: outputs make notebooks big
 
 
 @dataclass
@@ -95,7 +97,7 @@ def _zip_member(path: Path, notebook: str) -> str | None:
                 if base == f"{notebook}.ipynb" and not info.is_dir() and info.file_size <= MAX_MEMBER \
                         and "__MACOSX" not in info.filename:
                     return info.filename
-    except zipfile.BadZipFile:
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, RuntimeError):
         return None
     return None
 
@@ -106,12 +108,27 @@ def collect(lms_dir: Path, submitted: Path, assignments: list[str], pattern: str
     matches, skipped = plan(lms_dir, assignments, pattern)
     if dry_run:
         return matches, skipped
+    copied = []
     for m in matches:
-        dest = Path(submitted) / m.student / m.assignment / f"{m.notebook}.ipynb"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if m.member is None:
-            shutil.copyfile(m.path, dest)
-        else:
-            with zipfile.ZipFile(m.path) as zf, zf.open(m.member) as src, dest.open("wb") as out:
-                shutil.copyfileobj(src, out, length=1 << 20)
-    return matches, skipped
+        where = f"{m.path.name}" + (f" [{m.member}]" if m.member else "")
+        folder = Path(submitted) / m.student / m.assignment
+        if any(p.is_symlink() for p in (Path(submitted) / m.student, folder)):
+            skipped.append(f"{where} (submitted/{m.student}/{m.assignment} is a symbolic link: not written)")
+            continue
+        dest = folder / f"{m.notebook}.ipynb"
+        tmp = folder / f".{m.notebook}.ipynb.collecting"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if m.member is None:
+                shutil.copyfile(m.path, tmp)
+            else:
+                with zipfile.ZipFile(m.path) as zf, zf.open(m.member) as src, tmp.open("wb") as out:
+                    shutil.copyfileobj(src, out, length=1 << 20)
+            os.replace(tmp, dest)
+        except (OSError, zipfile.BadZipFile, NotImplementedError, ValueError, EOFError, RuntimeError,
+                zlib.error) as exc:          # one unreadable file or member: the rest of the class is collected
+            tmp.unlink(missing_ok=True)
+            skipped.append(f"{where} (cannot be read: {type(exc).__name__}: {str(exc)[:120]})")
+            continue
+        copied.append(m)
+    return copied, skipped

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import compare, notebooks, package, sandbox
+from .store import safe_name
 from .sandbox import Limits
 
 # Statuses of a row in the grade table (README, "Grading").
@@ -39,7 +40,8 @@ MISSING = "notebook missing or renamed"
 NO_SUBMISSION = "no submission"
 SANDBOX_ERROR = "sandbox error"
 
-MAX_NOTEBOOK_BYTES = 25 << 20
+MAX_NOTEBOOK_BYTES = 25 << 20          # the cells' sources (outputs are dropped before counting)
+MAX_NOTEBOOK_FILE_BYTES = 256 << 20    # the file parsed to find them (figures make notebooks big)
 MAX_EXTRA_FILES = 50
 MAX_EXTRA_BYTES = 20 << 20
 
@@ -56,6 +58,10 @@ class Course:
         root = Path(root).resolve()
         return cls(root, root / "notebooks", root / "exercises", root / "lib" / "transformer_course")
 
+    @property
+    def lib_dir(self) -> Path:
+        return self.package_dir.parent
+
     def assignments(self) -> list[str]:
         return sorted(p.name for p in self.source_dir.iterdir()
                       if p.is_dir() and (p / f"{p.name}.ipynb").exists() and p.name[:2].isdigit())
@@ -69,10 +75,6 @@ def run_seed_from_env() -> tuple[int, str]:
         return int(raw), "COURSE_GRADING_SEED"
     except ValueError:
         return zlib.crc32(raw.encode()), "COURSE_GRADING_SEED"
-
-
-def safe_name(name: str) -> bool:
-    return bool(name) and not name.startswith(".") and "/" not in name and "\x00" not in name and len(name) < 200
 
 
 # --------------------------------------------------------------------------- discovery
@@ -95,6 +97,10 @@ def discover(submitted: Path, assignments: list[str], students: list[str]) -> li
             adir = sdir / name
             sub = Submission(student, name, None)
             out.append(sub)
+            if sdir.is_symlink():                 # someone else's folder, or anything on the host
+                sub.status = INVALID
+                sub.details.append(f"submitted/{student} is a symbolic link: not followed")
+                continue
             if not adir.is_dir() or adir.is_symlink():
                 others = sorted(p.name for p in sdir.iterdir()) if sdir.is_dir() and not sdir.is_symlink() else []
                 others = [o for o in others if o not in assignments and not o.startswith(".")]
@@ -117,7 +123,7 @@ def discover(submitted: Path, assignments: list[str], students: list[str]) -> li
                 sub.details.append(f"{name}.ipynb is not a regular file")
                 continue
             try:
-                sub.cells = notebooks.read_submission(nb, MAX_NOTEBOOK_BYTES)
+                sub.cells = notebooks.read_submission(nb, MAX_NOTEBOOK_BYTES, MAX_NOTEBOOK_FILE_BYTES)
             except notebooks.InvalidNotebook as exc:
                 sub.status = INVALID
                 sub.details.append(f"{name}.ipynb: {exc}")
@@ -219,6 +225,7 @@ class Plan:
     assignment: notebooks.Assignment
     pkg_dir: Path
     blocked_names: set[str]
+    unavailable_names: set[str] = field(default_factory=set)
 
 
 def grade_submission(sub: Submission, plan: Plan, *, run_seed: int, run_dir: Path, user, limits: Limits,
@@ -232,9 +239,16 @@ def grade_submission(sub: Submission, plan: Plan, *, run_seed: int, run_dir: Pat
     if uses:
         details.append("imports the course's reference " + ", ".join(f"`{u}`" for u in uses)
                        + " instead of writing it: not available while grading")
+    others = reference_uses(cells, plan.unavailable_names)
+    if others:
+        details.append("imports " + ", ".join(f"`{u}`" for u in others) + f" from the course package: "
+                       f"{sub.assignment} does not use it, so it is not available while grading")
 
     job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=run_dir))   # no student name: the sandbox sees its paths
-    seed = compare.derive_seed(run_seed, sub.student, sub.assignment)
+    job = {"cells": [{"index": c.index, "chunks": c.chunks} for c in cells if c.chunks]}
+    content = json.dumps(job, sort_keys=True).encode() + b"".join(
+        extra.name.encode() + b"\0" + extra.read_bytes() for extra in sub.extra_files)
+    seed = compare.derive_seed(run_seed, sub.student, sub.assignment, content)
     prepared = compare.prepare_cases(a.case_ids, seed, job_dir / "inputs")
     files_dir = job_dir / "files"
     files_dir.mkdir()
@@ -242,7 +256,6 @@ def grade_submission(sub: Submission, plan: Plan, *, run_seed: int, run_dir: Pat
         shutil.copyfile(sub.notebook, files_dir / sub.notebook.name)
     for extra in sub.extra_files:
         shutil.copyfile(extra, files_dir / extra.name)
-    job = {"cells": [{"index": c.index, "chunks": c.chunks} for c in cells if c.chunks]}
     try:
         execution, files, refused = sandbox.run_in_sandbox(job=job, job_dir=job_dir, pkg_dir=plan.pkg_dir, user=user,
                                                   limits=limits, venv=venv, zygote=zygote)
@@ -371,7 +384,6 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
                 students: list[str] | None = None, roster: list[str] = (), workers: int = 2,
                 limits: Limits | None = None, progress: bool = True, log=print) -> dict:
     """Grade every submission under ``submitted`` into ``grades``; return the run's summary."""
-    import transformer_course
     from transformer_course.grading import CASES
 
     limits = limits or Limits()
@@ -392,33 +404,35 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
     if gradebook.exists():
         os.chmod(gradebook, 0o600)
 
-    found_students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and safe_name(p.name)) \
-        if submitted.exists() else []
+    found_students = sorted(p.name for p in submitted.iterdir()
+                            if (p.is_dir() or p.is_symlink()) and safe_name(p.name))
     all_students = sorted(set(found_students) | set(roster))
     if students:
         all_students = sorted(set(students))
     if assignments is None:
-        present = {q.name for s in found_students for q in (submitted / s).iterdir() if q.is_dir()}
+        present = {q.name for s in found_students if not (submitted / s).is_symlink()
+                   for q in (submitted / s).iterdir() if q.is_dir() and not q.is_symlink()}
         assignments = [a for a in course.assignments() if a in present] or course.assignments()[:1]
 
     run_seed, seed_source = run_seed_from_env()
     run_dir = Path(tempfile.mkdtemp(prefix="tc-grader-"))
     os.chmod(run_dir, 0o700)   # root only: the sandbox sees its parts through bind mounts, never this folder
-    started = time.monotonic()
+    started, started_unix = time.monotonic(), time.time()
     try:
         plans = {}
         everything = course.assignments()
         for name in assignments:
             a = notebooks.load_assignment(course.source_dir, name, CASES, course.release_dir)
             earlier = [notebooks.load_assignment(course.source_dir, e, CASES) for e in everything if e < name]
-            blocked = package.blocked_for(a, transformer_course, earlier)
-            pkg_dir = package.build_sandbox_package(course.package_dir, run_dir / f"pkg-{name}", blocked)
-            plans[name] = Plan(a, pkg_dir, {n for _, n in blocked})
+            pplan = package.plan_for(a, course.lib_dir, earlier)
+            pkg_dir = package.build_sandbox_package(course.lib_dir, run_dir / f"pkg-{name}", pplan, name)
+            plans[name] = Plan(a, pkg_dir, pplan.blocked_names, pplan.unavailable)
         subs = discover(submitted, assignments, all_students)
-        users = sandbox.sandbox_users(max(1, workers))
+        n_runnable = sum(1 for s in subs if s.status is None)
+        held = sandbox.allocate_users(max(1, min(workers, n_runnable)))
+        users = held.users
         venv = Path(sys.prefix)
         font_cache = font_cache_file()
-        n_runnable = sum(1 for s in subs if s.status is None)
         slots: queue.Queue = queue.Queue()
         zygotes = []
         for slot, user in enumerate(users[:max(1, min(len(users), n_runnable))]):
@@ -458,6 +472,9 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
         finally:
             for z in zygotes:
                 z.close()
+            for _, uid, _ in users:
+                sandbox.kill_user_processes(uid)
+            held.release()
         elapsed = time.monotonic() - started
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -474,8 +491,9 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
         "students": all_students, "submissions_run": n_run, "rows": len(subs),
         "seconds": round(elapsed, 2), "seconds_per_submission": round(elapsed / max(1, n_run), 3),
         "median_sandbox_seconds": runs[len(runs) // 2] if runs else None,
-        "workers": workers, "limits": asdict(limits),
+        "workers": workers, "limits": asdict(limits), "sandbox_users": [name for name, _, _ in users],
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "interval_unix": [round(started_unix, 3), round(time.time(), 3)],
     }
     (grades / "run.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return summary

@@ -12,7 +12,8 @@ job it forks:
         G  (PID 1 of the new PID namespace)
            runs the set-up script: a new root file system (see sandbox.SETUP_SCRIPT), pivot_root
            resource limits; drops the capability bounding set; setgroups([]); setresgid/setresuid to the
-           worker's sandbox user; no_new_privs; parent-death signal; closes every other descriptor;
+           run's own sandbox user; no_new_privs; the seccomp filter (seccomp.py); parent-death signal;
+           closes every other descriptor;
            a fresh environment; then the cell runner -- and the student's code.
 
 So a submission starts in the same sandbox as with a fresh interpreter
@@ -35,12 +36,14 @@ import socket
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+RUNNER_DIR = os.path.join(os.path.dirname(HERE), "sandboxed")   # grader/sandboxed/runner.py
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWNET, CLONE_NEWPID = 0x40000000, 0x20000000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 
 libc = ctypes.CDLL(None, use_errno=True)
+seccomp = None       # grader/trusted/seccomp.py, imported in main()
 
 
 def _check(ret, what):
@@ -65,7 +68,7 @@ def preload():
     except ImportError:
         pass
     from traitlets.config import Config  # noqa: F401
-    import runner  # noqa: F401  (grader/runner.py: trusted code, the same file the sandbox shows)
+    import runner  # noqa: F401  (grader/sandboxed/runner.py: the same file the sandbox shows)
 
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -181,6 +184,7 @@ def grandchild(job, out_fd, sock):
         if os.getuid() == 0 or os.geteuid() == 0:
             raise RuntimeError("could not drop root")
         _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        seccomp.install()              # keyrings, ptrace, namespaces, mounts, ... denied (seccomp.py)
         libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
         os.closerange(3, 1 << 16)
@@ -190,7 +194,7 @@ def grandchild(job, out_fd, sock):
 
         os.environ.clear()
         os.environ.update(job["env"])
-        sys.path[:] = [p for p in sys.path if p and os.path.isdir(p) and p != HERE]
+        sys.path[:] = [p for p in sys.path if p and os.path.isdir(p) and p not in (HERE, RUNNER_DIR)]
         sys.path_importer_cache.clear()
         import importlib
 
@@ -272,8 +276,12 @@ def serve(sock):
 
 
 def main():
+    global seccomp
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)     # the grader died: so does the zygote
     sys.path.insert(0, HERE)
+    import seccomp  # noqa: F401  (grader/trusted/seccomp.py)
+    sys.path.remove(HERE)
+    sys.path.insert(0, RUNNER_DIR)
     fd = int(sys.argv[1])
     sock = socket.socket(fileno=fd)
     preload()
