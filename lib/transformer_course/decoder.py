@@ -94,6 +94,11 @@ def causal_self_attention(attention: MultiHeadAttention, x, cache: KVCache | Non
     return _attend_over_cache(attention, x, cache)
 
 
+def _project(x, W, b):
+    """x @ W + b; a projection without a bias (b is None) adds nothing."""
+    return x @ W if b is None else x @ W + b
+
+
 def _attend_over_cache(attention, x, cache):
     # The blocks call this directly: the grader replaces the public function by a stub in
     # notebook 08's sandbox (the notebook asks for it), while the blocks must keep working.
@@ -104,9 +109,9 @@ def _attend_over_cache(attention, x, cache):
     if x.shape[-1] != attention.d_model:
         raise ValueError(f"x must have last dimension d_model={attention.d_model}, got shape {x.shape}")
     h, d_head = attention.n_heads, attention.d_head
-    q = split_heads(attention._project(x, attention.W_Q, attention.b_Q), h)   # (..., h, n_new, d_head)
-    k = split_heads(attention._project(x, attention.W_K, attention.b_K), h)   # (..., h, n_new, d_head)
-    v = split_heads(attention._project(x, attention.W_V, attention.b_V), h)   # (..., h, n_new, d_head)
+    q = split_heads(_project(x, attention.W_Q, attention.b_Q), h)   # (..., h, n_new, d_head)
+    k = split_heads(_project(x, attention.W_K, attention.b_K), h)   # (..., h, n_new, d_head)
+    v = split_heads(_project(x, attention.W_V, attention.b_V), h)   # (..., h, n_new, d_head)
     if cache is None:
         cache = KVCache(k[..., :0, :], v[..., :0, :])                          # (..., h, 0, d_head)
     elif not isinstance(cache, KVCache):
@@ -119,7 +124,7 @@ def _attend_over_cache(attention, x, cache):
     cache = cache.append(k, v)                                                 # (..., h, n_past + n_new, d_head)
     mask = offset_causal_mask(n_new, n_past)                                   # (n_new, n_past + n_new)
     heads, weights = scaled_dot_product_attention(q, cache.keys, cache.values, mask=mask)
-    output = attention._project(merge_heads(heads), attention.W_O, attention.b_O)   # (..., n_new, d_model)
+    output = _project(merge_heads(heads), attention.W_O, attention.b_O)   # (..., n_new, d_model)
     return output, weights, cache
 
 
