@@ -227,11 +227,11 @@ def test_feedback_pages_hide_the_hidden_tests(graded):
     assert wendy < 400_000
 
 
-def test_speed(graded):
+def test_every_submission_ran_and_the_time_is_reported(graded):
     run = graded["run"]
     assert run["submissions_run"] == 31
-    # Generous bounds against a hang; the measured figures are printed in the table's last line.
-    assert graded["seconds"] < 180, graded["stdout"][-500:]
+    # No bound on the time (it is the machine's and the load's); pytest's --timeout catches a hang.
+    assert run["seconds"] > 0 and run["seconds_per_submission"] > 0
     print(f"demo class: {run['seconds']} s, {run['seconds_per_submission']} s per notebook-submission")
 
 
