@@ -19,7 +19,8 @@ The worker never sees the seed or a reference: it receives what the sandbox woul
 anyway (the job, the drawn inputs, the submission) and returns what the sandbox exported.
 A worker must run as root on a machine with the grader's Debian tools (util-linux,
 passwd), like the local grader; each worker process claims a free slot ``N`` (a lock file
-under /run) and grades as the sandbox user ``tcgraderN`` with its own warm zygote.
+under /run) and grades as the sandbox user ``tcgraderdN`` (apart from the local grader's
+``tcgraderN``) with its own warm zygote.
 
 The scheduler's address is the only change between a LocalCluster on this machine
 (``tests/test_grader_dask.py``) and a dask-jobqueue or Kubernetes cluster elsewhere; the
@@ -33,7 +34,9 @@ import fcntl
 import hashlib
 import io
 import os
+import pwd
 import shutil
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -43,6 +46,7 @@ from pathlib import Path
 from . import sandbox
 
 PLUGIN_NAME = "course-grader-sandbox"
+USER_PREFIX = sandbox.USER_PREFIX + "d"          # tcgraderd0, tcgraderd1, ...: one per worker slot
 SLOT_DIR = Path("/run/tc-grader-dask")
 MAX_SLOTS = 64
 
@@ -75,7 +79,7 @@ class WorkerSandbox:
         if problem:
             raise RuntimeError(f"this Dask worker cannot grade: {problem}")
         self.slot, self._slot_fd = self._claim_slot()
-        self.user = sandbox.sandbox_users(self.slot + 1)[self.slot]
+        self.user = self._sandbox_user(f"{USER_PREFIX}{self.slot}")
         self.run_dir = Path(tempfile.mkdtemp(prefix="tc-grader-dask-"))
         os.chmod(self.run_dir, 0o700)
         from .grading import font_cache_file
@@ -85,6 +89,22 @@ class WorkerSandbox:
         self.packages: dict[str, Path] = {}
         self.lock = threading.Lock()                  # one sandbox at a time per worker process
         self.jobs = 0
+
+    @staticmethod
+    def _sandbox_user(name: str) -> tuple[str, int, int]:
+        """The worker's own unprivileged user, created like the local grader's (sandbox.sandbox_users)
+        but named apart from them: a local `make grade` on the same machine kills every process of
+        its tcgraderN before each job, and must not hit a worker's sandbox."""
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+                            "--shell", "/usr/sbin/nologin", "--comment", "course autograder sandbox (Dask)", name],
+                           check=True, capture_output=True)
+            entry = pwd.getpwnam(name)
+        if entry.pw_uid == 0:
+            raise RuntimeError(f"sandbox user {name} has uid 0")
+        return name, entry.pw_uid, entry.pw_gid
 
     @staticmethod
     def _claim_slot() -> tuple[int, int]:

@@ -29,7 +29,6 @@ import json
 import os
 import pwd
 import secrets
-import shlex
 import shutil
 import signal
 import subprocess
@@ -169,16 +168,19 @@ def setup_course(cls: Class, venv: Path = DEFAULT_VENV) -> None:
         (course / "nbgrader_config.py").write_text(COURSE_CONFIG.format(
             root=str(course), course_id=cls.course_id, db=str(course / "gradebook.db"),
             exchange=str(cls.exchange)), encoding="utf-8")
+        # The assignments and students in the gradebook (release_assignment looks the assignment up),
+        # with nbgrader's API in this process (root; the file is then the instructor's). Callers run
+        # hubctl with a Python that has nbgrader: the hub's venv (make hub) or .venv (the tests).
+        # (nbgrader runs `alembic` from PATH to create it: this Python's own comes first.)
+        from nbgrader.api import Gradebook
+
+        os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"
+        with Gradebook("sqlite:///" + str(course / "gradebook.db"), cls.course_id) as gb:
+            for name in cls.assignments:
+                gb.update_or_create_assignment(name)
+            for student in cls.students:
+                gb.update_or_create_student(student)
         run(["chown", "-R", f"{instructor}:{instructor}", str(course)])
-        # The assignments and students in the gradebook (release_assignment looks the assignment up):
-        # nbgrader's API in one process (one `nbgrader db ... add` per entry costs a start-up each).
-        script = ("from nbgrader.api import Gradebook\n"
-                  f"with Gradebook({'sqlite:///' + str(course / 'gradebook.db')!r}, {cls.course_id!r}) as gb:\n"
-                  f"    for a in {cls.assignments!r}: gb.update_or_create_assignment(a)\n"
-                  f"    for s in {cls.students!r}: gb.update_or_create_student(s)\n")
-        done = as_user(instructor, f"python -c {shlex.quote(script)}", cwd=str(course), venv=venv)
-        if done.returncode != 0:
-            raise RuntimeError(f"nbgrader db for {instructor} failed: {done.stdout}{done.stderr}")
 
 
 def deliver_feedback(course: Path, grades: Path, assignment: str, venv: Path = DEFAULT_VENV) -> list[str]:
@@ -307,8 +309,11 @@ def cmd_trial(args) -> int:
     finally:
         if hub is not None:
             stop_hub(hub, cls)
+            shutil.rmtree(hub.state, ignore_errors=True)
         if not args.keep:
             teardown(cls)
+            if cls.exchange.parent != Path("/srv") and not any(cls.exchange.parent.iterdir()):
+                cls.exchange.parent.rmdir()
     return 0
 
 
@@ -324,7 +329,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("trial", help="a trial hub on 127.0.0.1 (make hub)")
-    t.add_argument("--port", type=int, default=8000)
+    t.add_argument("--port", type=int, default=8800)
     t.add_argument("--venv", default=str(DEFAULT_VENV))
     t.add_argument("--exchange", default="/srv/nbgrader/exchange")
     t.add_argument("--password", default=None, help="the shared password (default: a random one, printed)")

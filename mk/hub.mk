@@ -5,6 +5,7 @@
 #                       Ctrl+C stops it and removes the trial users and the exchange)
 #   make hub-env        the hub's own venv in $(HUB_VENV) (Debian's python3: hub users must run it)
 #   make hub-proxy      configurable-http-proxy 5.3.0 from npm into hub/node_modules (npm ci)
+#   make hub-image      the single-user image for Zero to JupyterHub (repo2docker + Docker; hub/values.yaml)
 #   make hub-test       the browser test of the whole loop (tests/test_hub_browser.py) and the
 #                       Dask grading test (tests/test_grader_dask.py)
 #
@@ -13,7 +14,7 @@
 
 HUB_VENV ?= /opt/transformer-course-hub
 HUB_PYTHON ?= /usr/bin/python3
-HUB_PORT ?= 8000
+HUB_PORT ?= 8800
 HUB_PIP := $(HUB_VENV)/bin/python -m pip --disable-pip-version-check -q
 HUB_SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 HUB_CHP := hub/node_modules/.bin/configurable-http-proxy
@@ -22,7 +23,7 @@ HUB_CHP := hub/node_modules/.bin/configurable-http-proxy
 HUB_LOCK_OVERRIDES := soupsieve==2.8.3
 HUB_LIB_SOURCES := $(shell find lib/transformer_course -name '*.py' 2>/dev/null)
 
-.PHONY: hub hub-env hub-proxy hub-test hub-clean
+.PHONY: hub hub-env hub-proxy hub-test hub-image hub-clean
 
 # A venv every hub user can run: built from Debian's python3 (the project's .venv may live
 # under /root, which is 0700), world-readable, with the course package installed (not editable).
@@ -56,6 +57,16 @@ hub-test: test-env $(VENV)/.hub-installed hub-env hub-proxy browser-deps ## brow
 
 # `make test` runs both tests (they are in tests/): it needs what they need.
 test: $(VENV)/.hub-installed hub-env hub-proxy browser-deps
+
+# repo2docker reads binder/ at the top of the folder it builds: a clean copy of HEAD with
+# hub/image/ as binder/ (environment.yml from the locks, postBuild). Needs Docker and
+# jupyter-repo2docker (not installed by the course: pip install jupyter-repo2docker).
+HUB_IMAGE ?= transformer-course-hub:$(shell git rev-parse --short HEAD 2>/dev/null)
+hub-image: ## build the hub's single-user image with repo2docker (HUB_IMAGE=name:tag)
+	rm -rf build/hub-image && mkdir -p build/hub-image
+	git archive HEAD | tar -x -C build/hub-image
+	cp -r hub/image build/hub-image/binder
+	jupyter-repo2docker --no-run --user-name jovyan --image-name $(HUB_IMAGE) build/hub-image
 
 hub-clean: ## remove the hub's venv and hub/node_modules
 	$(HUB_SUDO) rm -rf $(HUB_VENV)

