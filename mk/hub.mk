@@ -21,14 +21,19 @@ HUB_CHP := hub/node_modules/.bin/configurable-http-proxy
 # Debian 12's python3 is 3.11.2; the lock's soupsieve 4.1.3 needs >= 3.11.5 (and 3.0.x, which
 # installs, is yanked as broken below 3.11.5): the hub's venv takes the last 2.x instead.
 HUB_LOCK_OVERRIDES := soupsieve==2.8.3
-HUB_LIB_SOURCES := $(shell find lib/transformer_course -name '*.py' 2>/dev/null)
+HUB_LIB_SOURCES := $(sort $(shell find lib/transformer_course -name '*.py' 2>/dev/null))
+# The stamp is named by the content it was built from (not file times): a fresh clone of the same
+# commit finds the venv up to date; a changed lock or package rebuilds it.
+HUB_INPUTS := requirements/lock.txt requirements/model.txt requirements/hub.txt pyproject.toml $(HUB_LIB_SOURCES)
+HUB_HASH := $(shell cat $(HUB_INPUTS) 2>/dev/null | sha256sum | cut -c1-16)
+HUB_STAMP := $(HUB_VENV)/.installed-$(HUB_HASH)
 
 .PHONY: hub hub-env hub-proxy hub-test hub-image hub-clean
 
 # A venv every hub user can run: built from Debian's python3 (the project's .venv may live
 # under /root, which is 0700), world-readable, with the course package installed (not editable).
-hub-env: $(HUB_VENV)/.installed ## the hub's own venv (lock + model + hub pins + the course package)
-$(HUB_VENV)/.installed: requirements/lock.txt requirements/model.txt requirements/hub.txt pyproject.toml $(HUB_LIB_SOURCES)
+hub-env: $(HUB_STAMP) ## the hub's own venv (lock + model + hub pins + the course package)
+$(HUB_STAMP):
 	@test -x $(HUB_VENV)/bin/python || $(HUB_SUDO) $(HUB_PYTHON) -m venv $(HUB_VENV)
 	grep -v '^soupsieve==' requirements/lock.txt > $(HUB_VENV).lock.txt
 	$(HUB_SUDO) $(HUB_PIP) install -r $(HUB_VENV).lock.txt $(HUB_LOCK_OVERRIDES)
@@ -37,6 +42,7 @@ $(HUB_VENV)/.installed: requirements/lock.txt requirements/model.txt requirement
 	$(HUB_SUDO) $(HUB_PIP) install --no-deps --force-reinstall .
 	rm -f $(HUB_VENV).lock.txt
 	$(HUB_SUDO) chmod -R a+rX $(HUB_VENV)
+	@$(HUB_SUDO) rm -f $(HUB_VENV)/.installed-*
 	@$(HUB_SUDO) touch $@
 
 hub-proxy: $(HUB_CHP) ## configurable-http-proxy (npm, pinned by hub/package-lock.json)
