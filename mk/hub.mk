@@ -59,7 +59,7 @@ $(VENV)/.hub-installed: requirements/hub.txt $(VENV)/.core-installed
 	@touch $@
 
 hub-test: test-env $(VENV)/.hub-installed hub-env hub-proxy browser-deps ## browser test of the hub loop + Dask grading test
-	$(PY) -m pytest tests/test_hub_browser.py tests/test_grader_dask.py -p no:cacheprovider --timeout=900 -v
+	$(PY) -m pytest tests/test_hub_browser.py tests/test_grader_dask.py -p no:cacheprovider --timeout=900 -v --durations=0
 
 # `make test` runs both tests (they are in tests/): it needs what they need.
 test: $(VENV)/.hub-installed hub-env hub-proxy browser-deps
