@@ -60,7 +60,8 @@ def cmd_grade(args) -> int:
     summary = grading.grade_class(course=course, submitted=Path(args.submitted), grades=grades,
                                   assignments=args.assignment or None, students=args.student or None,
                                   roster=roster, workers=args.workers, limits=_limits(args),
-                                  progress=not args.quiet)
+                                  progress=not args.quiet,
+                                  scheduler=args.scheduler)   # [dask hook]
     rows = _write_table(grades)
     if not args.quiet:
         report.print_table(rows, sys.stdout)
@@ -179,6 +180,8 @@ def main(argv=None) -> int:
     g.add_argument("--notebook-timeout", type=float, default=None, help="seconds per notebook (default 600)")
     g.add_argument("--memory-mb", type=int, default=None, help="address-space limit (default 2048)")
     g.add_argument("--quiet", action="store_true")
+    g.add_argument("--scheduler", default=None, metavar="ADDRESS",   # [dask hook] grader/trusted/dask_backend.py
+                   help="run the sandboxes on this Dask cluster (tcp://host:8786); grading stays here")
     g.set_defaults(func=cmd_grade)
 
     d = sub.add_parser("demo", help="grade the demo class shipped in tests/fixtures/demo_class")

@@ -229,7 +229,8 @@ class Plan:
 
 
 def grade_submission(sub: Submission, plan: Plan, *, run_seed: int, run_dir: Path, user, limits: Limits,
-                     venv: Path, zygote: sandbox.Zygote) -> dict:
+                     venv: Path, zygote: sandbox.Zygote,
+                     run=sandbox.run_in_sandbox) -> dict:   # [dask hook] run: where the sandbox runs
     """Rebuild, run in the sandbox, compare: the result record of one submission."""
     a = plan.assignment
     t0 = time.monotonic()
@@ -257,7 +258,7 @@ def grade_submission(sub: Submission, plan: Plan, *, run_seed: int, run_dir: Pat
     for extra in sub.extra_files:
         shutil.copyfile(extra, files_dir / extra.name)
     try:
-        execution, files, refused = sandbox.run_in_sandbox(job=job, job_dir=job_dir, pkg_dir=plan.pkg_dir, user=user,
+        execution, files, refused = run(job=job, job_dir=job_dir, pkg_dir=plan.pkg_dir, user=user,
                                                   limits=limits, venv=venv, zygote=zygote)
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
@@ -382,12 +383,19 @@ def font_cache_file() -> Path | None:
 
 def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: list[str] | None = None,
                 students: list[str] | None = None, roster: list[str] = (), workers: int = 2,
-                limits: Limits | None = None, progress: bool = True, log=print) -> dict:
+                limits: Limits | None = None, progress: bool = True, log=print,
+                scheduler: str | None = None) -> dict:   # [dask hook] scheduler: a Dask cluster runs the sandboxes
     """Grade every submission under ``submitted`` into ``grades``; return the run's summary."""
     from transformer_course.grading import CASES
 
     limits = limits or Limits()
-    problem = sandbox.sandbox_problem()
+    # [dask hook] with a scheduler, the sandboxes run on the cluster's workers (grader/trusted/dask_backend.py)
+    remote = None
+    if scheduler:
+        from .dask_backend import RemoteSandbox
+        remote = RemoteSandbox(scheduler)
+        workers = remote.slots()
+    problem = None if remote else sandbox.sandbox_problem()
     if problem:
         raise SystemExit(f"cannot grade: {problem}")
     sandbox.private_mount_namespace()
@@ -429,14 +437,15 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
             plans[name] = Plan(a, pkg_dir, pplan.blocked_names, pplan.unavailable)
         subs = discover(submitted, assignments, all_students)
         n_runnable = sum(1 for s in subs if s.status is None)
-        held = sandbox.allocate_users(max(1, min(workers, n_runnable)))
-        users = held.users
+        held = sandbox.allocate_users(max(1, min(workers, n_runnable))) if not remote else None   # [dask hook]
+        users = held.users if held else []
         venv = Path(sys.prefix)
         font_cache = font_cache_file()
         slots: queue.Queue = queue.Queue()
         zygotes = []
-        for slot, user in enumerate(users[:max(1, min(len(users), n_runnable))]):
-            z = sandbox.Zygote(run_dir, slot, font_cache)
+        for slot, user in enumerate(users[:max(1, min(len(users), n_runnable))] if not remote else
+                                    [None] * workers):   # [dask hook] no local zygote or user
+            z = sandbox.Zygote(run_dir, slot, font_cache) if not remote else None
             zygotes.append(z)
             slots.put([user, z, slot])
         bar = Progress(len(subs), enabled=progress)
@@ -451,14 +460,16 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
                 user, zygote, slot = entry
                 try:
                     record = grade_submission(sub, plan, run_seed=run_seed, run_dir=run_dir, user=user,
-                                              limits=limits, venv=venv, zygote=zygote)
+                                              limits=limits, venv=venv, zygote=zygote,
+                                              run=remote.run if remote else sandbox.run_in_sandbox)  # [dask hook]
                 except Exception as exc:  # noqa: BLE001 -- one broken submission must not stop the class
                     record = not_run_record(sub, plan.assignment)
                     record["auto_status"] = SANDBOX_ERROR
                     record["details"].append(f"the grader failed on this submission: {type(exc).__name__}: {exc}")
-                    zygote.close()                              # a zygote in doubt is replaced
-                    entry[1] = sandbox.Zygote(run_dir, slot + 100 * len(zygotes), font_cache)
-                    zygotes.append(entry[1])
+                    if not remote:                                  # [dask hook] workers replace their own
+                        zygote.close()                              # a zygote in doubt is replaced
+                        entry[1] = sandbox.Zygote(run_dir, slot + 100 * len(zygotes), font_cache)
+                        zygotes.append(entry[1])
                 finally:
                     slots.put(entry)
             records[(sub.student, sub.assignment)] = record
@@ -471,10 +482,14 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
                 list(pool.map(work, [s for s in subs if s.status is not None] + runnable))
         finally:
             for z in zygotes:
-                z.close()
+                if z is not None:
+                    z.close()
             for _, uid, _ in users:
                 sandbox.kill_user_processes(uid)
-            held.release()
+            if held:
+                held.release()
+            if remote:
+                remote.close()   # [dask hook]
         elapsed = time.monotonic() - started
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
