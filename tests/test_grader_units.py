@@ -293,19 +293,21 @@ def test_another_notebooks_module_cannot_compute_this_notebooks_answer(tmp_path,
     by the rule (only what the notebook imports), not by its name."""
     import numpy as np
     import transformer_course as real
+    import transformer_course_fast as fast
 
     x = np.random.default_rng(0).normal(size=(3, 5))
     zeros, eye = np.zeros((3, 5, 1)), np.broadcast_to(np.eye(5), (3, 5, 5))
-    out = real.flash_attention(zeros, zeros, eye, mask=x[:, None, :].repeat(5, 1))
+    out = fast.flash_attention(zeros, zeros, eye, mask=x[:, None, :].repeat(5, 1))
     via_flash = (out[0] if isinstance(out, tuple) else out)[:, 0, :]
     assert np.allclose(via_flash, real.softmax(x)), "the premise: flash_attention computes softmax"
 
     plan = package.plan_for(assignment, ROOT / "lib")
     dest = package.build_sandbox_package(ROOT / "lib", tmp_path / "pkg", plan, NAME)
     out = _run_with_package(dest, (
-        "import transformer_course as tc\n"
-        "for attempt in ('tc.flash_attention', 'tc.FastMultiHeadAttention'):\n"
-        "    try:\n        eval(attempt)\n    except AttributeError as e:\n        assert 'not available' in str(e)\n"
+        "import importlib\nimport transformer_course as tc\n"
+        "for attempt in ('tc.flash_attention', 'tc.FastMultiHeadAttention',\n"
+        "                'importlib.import_module(\"transformer_course_fast\").flash_attention'):\n"
+        "    try:\n        eval(attempt)\n    except (AttributeError, ImportError):\n        pass\n"
         "    else:\n        raise SystemExit(attempt + ' reachable')\n"
         "import importlib, pkgutil\n"
         "names = {m.name for m in pkgutil.iter_modules(tc.__path__)}\n"

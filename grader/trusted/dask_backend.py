@@ -79,9 +79,7 @@ class WorkerSandbox:
         self.slot = int(self.user[0].removeprefix(sandbox.USER_PREFIX))
         self.run_dir = Path(tempfile.mkdtemp(prefix="tc-grader-dask-"))
         os.chmod(self.run_dir, 0o700)
-        from .grading import font_cache_file
-
-        self.font_cache = font_cache_file()
+        self.font_cache = sandbox.font_cache_file()
         self.zygote = sandbox.Zygote(self.run_dir, self.slot, self.font_cache)
         self.packages: dict[str, Path] = {}
         self.lock = threading.Lock()                  # one sandbox at a time per worker process

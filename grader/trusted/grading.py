@@ -371,16 +371,6 @@ class Progress:
             self.stream.flush()
 
 
-def font_cache_file() -> Path | None:
-    try:
-        import matplotlib
-        from matplotlib import font_manager
-    except ImportError:
-        return None
-    path = Path(matplotlib.get_cachedir()) / f"fontlist-v{font_manager.FontManager.__version__}.json"
-    return path if path.exists() else None
-
-
 def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: list[str] | None = None,
                 students: list[str] | None = None, roster: list[str] = (), workers: int = 2,
                 limits: Limits | None = None, progress: bool = True, log=print,
@@ -440,7 +430,7 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
         held = sandbox.allocate_users(max(1, min(workers, n_runnable))) if not remote else None   # [dask hook]
         users = held.users if held else []
         venv = Path(sys.prefix)
-        font_cache = font_cache_file()
+        font_cache = sandbox.font_cache_file()
         slots: queue.Queue = queue.Queue()
         zygotes = []
         for slot, user in enumerate(users[:max(1, min(len(users), n_runnable))] if not remote else

@@ -700,3 +700,14 @@ def _read_exports(folder: Path, uid: int) -> tuple[dict[str, bytes], dict[str, s
     finally:
         os.close(dfd)
     return out, refused
+
+
+def font_cache_file() -> Path | None:
+    """Matplotlib's font cache, copied into each sandbox so a figure does not rebuild it."""
+    try:
+        import matplotlib
+        from matplotlib import font_manager
+    except ImportError:
+        return None
+    path = Path(matplotlib.get_cachedir()) / f"fontlist-v{font_manager.FontManager.__version__}.json"
+    return path if path.exists() else None
