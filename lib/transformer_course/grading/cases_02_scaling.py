@@ -58,7 +58,7 @@ def _entropy_inputs(rng):
 def _entropy_masked_inputs(rng):
     b, m, n = _shape(rng)
     w = _rows(rng, b, m, n, masked=0.4, spread=3.0)
-    return {"weights": w}
+    return {"weights": w[0]}                                    # (rows, keys): 2-D, as the docstring allows
 
 
 CASES["scaling.attention_entropy"] = Case(
@@ -66,7 +66,7 @@ CASES["scaling.attention_entropy"] = Case(
     description="(batch, rows, keys) distributions incl. a saturated and a one-hot row; nats, last axis")
 CASES["scaling.attention_entropy_masked"] = Case(
     _entropy_masked_inputs, _entropy_ref, ("entropy",),
-    description="rows with exact zeros (masked keys): 0 ln 0 = 0, no nan")
+    description="(rows, keys) with exact zeros (masked keys): 0 ln 0 = 0, no nan")
 
 
 def _jacobian_inputs(rng):
@@ -87,3 +87,12 @@ CASES["scaling.softmax_jacobian"] = Case(
 CASES["scaling.softmax_jacobian_saturated"] = Case(
     _jacobian_saturated_inputs, _jacobian_ref, ("jacobian",),
     description="2-D (rows, keys) input with peaked rows, exact zeros and a one-hot row")
+
+
+# What each exercise's docstring promises, checked by tests/test_hidden_case_coverage.py.
+COVERAGE = {
+    "attention_entropy": {"cases": ("scaling.attention_entropy", "scaling.attention_entropy_masked"),
+                          "requires": {"rank2", "rank3", "saturated"}},
+    "softmax_jacobian": {"cases": ("scaling.softmax_jacobian", "scaling.softmax_jacobian_saturated"),
+                         "requires": {"rank2", "rank3", "saturated"}},
+}
