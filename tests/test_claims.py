@@ -23,7 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").iterdir() if re.match(r"\d\d_", p.name))
 
-DECIMAL = re.compile(r"(?<![\w.{^])(\d+\.\d+)(?!\d)")
+DECIMAL = re.compile(r"(?<![\w.{^§])(\d+\.\d+)(?!\d)")
 POWER = re.compile(r"10\^\{?(-?\d+)\}?")
 
 # (notebook, cell id, number as written) -> why no cell needs to compute it
