@@ -2,9 +2,10 @@
 
 What is timed: one forward pass from token ids to L2-normalised sentence embeddings (6 layers,
 mask-weighted mean pooling) for a padded batch of 32 sentences of about 20 tokens, float32, all
-cores. NumPy: ``transformer_course.pretrained.SentenceEncoder`` (the course's
-``TransformerEncoderBlock``). PyTorch: ``transformers.BertModel`` (the same files, loaded offline)
-under ``torch.inference_mode()``, then the same pooling and normalisation in torch. Tokenisation is
+cores. NumPy: ``transformer_course_fast.FastSentenceEncoder`` (the course's weights and
+``SentenceEncoder``, with the batch split among threads and a float32 GELU; checked against the
+readable encoder by tests/test_pretrained_minilm.py). PyTorch: ``transformers.BertModel`` (the same
+files, loaded offline) under ``torch.inference_mode()``, then the same pooling and normalisation in torch. Tokenisation is
 done once, outside the timing, and both get the same ids.
 
 How: every measurement runs in a fresh process (NumPy and PyTorch never share one: their thread
@@ -63,9 +64,10 @@ def worker_numpy(calls):
     import numpy as np
 
     sys.path.insert(0, os.path.join(ROOT, "lib"))
-    from transformer_course.pretrained import SentenceEncoder, l2_normalize, mean_pool
+    from transformer_course.pretrained import l2_normalize, mean_pool
+    from transformer_course_fast import FastSentenceEncoder
 
-    model = SentenceEncoder.from_pretrained(dtype=np.float32)
+    model = FastSentenceEncoder.from_pretrained(dtype=np.float32)
     batch = model.tokenize(sentences())
 
     def forward():
@@ -158,7 +160,7 @@ def main(argv=None) -> int:
     if removed:
         print(f"(removed {removed} from the workers' environment)")
     np_ms = statistics.median(times["numpy"]) * 1e3
-    print(f"\nNumPy  (course blocks)     median of {len(times['numpy'])} processes: {np_ms:7.1f} ms")
+    print(f"\nNumPy  (FastSentenceEncoder) median of {len(times['numpy'])} processes: {np_ms:7.1f} ms")
     if skipped:
         print(f"PyTorch skipped: {skipped}")
         return 0

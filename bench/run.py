@@ -210,7 +210,7 @@ MEMORY_SCRIPT = r"""
 import json, sys, tracemalloc
 import numpy as np
 from transformer_course import scaled_dot_product_attention
-from transformer_course.fast_attention import flash_attention, release_buffers
+from transformer_course_fast import flash_attention, release_buffers
 n, d = int(sys.argv[1]), int(sys.argv[2])
 rng = np.random.default_rng(0)
 result = {"n": n, "d": d}

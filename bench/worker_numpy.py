@@ -65,7 +65,7 @@ def blas_info() -> dict:
 def make(impl: str, kind: str, shape: tuple, params: dict):
     """Inputs and a zero-argument callable for one implementation."""
     import transformer_course as tc
-    from transformer_course.fast_attention import FastMultiHeadAttention, flash_attention
+    from transformer_course_fast import FastMultiHeadAttention, flash_attention
 
     rng = np.random.default_rng(0)
     f32 = np.float32

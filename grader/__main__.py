@@ -17,11 +17,21 @@ import sys
 import time
 from pathlib import Path
 
-from . import collect as collect_mod
-from . import grading, report
-from .sandbox import Limits
+from .trusted import collect as collect_mod
+from .trusted import grading, report
+from .trusted.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _write_table(grades: Path) -> list[dict]:
+    """The table and feedback pages, with the hand grades entered in formgrader (if it was used)."""
+    fg = {}
+    if (Path(grades) / "formgrader.json").exists():
+        from .trusted import formgrader
+
+        fg = formgrader.hand_grades(grades)
+    return report.write_table(grades, fg)
 
 
 def _limits(args) -> Limits:
@@ -50,8 +60,9 @@ def cmd_grade(args) -> int:
     summary = grading.grade_class(course=course, submitted=Path(args.submitted), grades=grades,
                                   assignments=args.assignment or None, students=args.student or None,
                                   roster=roster, workers=args.workers, limits=_limits(args),
-                                  progress=not args.quiet)
-    rows = report.write_table(grades)
+                                  progress=not args.quiet,
+                                  scheduler=args.scheduler)   # [dask hook]
+    rows = _write_table(grades)
     if not args.quiet:
         report.print_table(rows, sys.stdout)
     print(f"graded {summary['submissions_run']} notebook submissions ({summary['rows']} rows) in "
@@ -72,7 +83,7 @@ def cmd_demo(args) -> int:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    shutil.copytree(DEMO / "submitted", out / "submitted")
+    shutil.copytree(DEMO / "submitted", out / "submitted", symlinks=True)   # a linked folder stays a link
     grades = out / "grades"
     report.import_roster(grades, DEMO / "classlist.csv")
     report.save_manual(grades, report.load_manual(DEMO))
@@ -80,7 +91,7 @@ def cmd_demo(args) -> int:
     summary = grading.grade_class(course=grading.Course.at(args.course), submitted=out / "submitted",
                                   grades=grades, roster=[r["id"] for r in report.load_roster(grades)],
                                   workers=args.workers, limits=limits, progress=not args.quiet)
-    rows = report.write_table(grades)
+    rows = _write_table(grades)
     report.print_table(rows, sys.stdout)
     print(f"demo class: {summary['submissions_run']} notebook submissions run ({summary['rows']} rows) in "
           f"{summary['seconds']:.1f} s, {summary['seconds_per_submission']:.2f} s per submission with "
@@ -90,7 +101,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_table(args) -> int:
-    rows = report.write_table(Path(args.grades))
+    rows = _write_table(Path(args.grades))
     report.print_table(rows, sys.stdout)
     return 0
 
@@ -102,6 +113,8 @@ def cmd_manual(args) -> int:
         raise SystemExit(f"no result for {args.student} / {args.notebook} in {grades}: run `make grade` first")
     record = json.loads(record_path.read_text(encoding="utf-8"))
     written = {w["grade_id"]: w for w in record["written"]}
+    if record.get("auto_status") in report.NOT_RUN:
+        raise SystemExit(f"{args.student} / {args.notebook}: {record['auto_status']}: there is no answer to grade")
     if args.cell not in written:
         raise SystemExit(f"{args.notebook} has no written answer '{args.cell}'; "
                          f"written answers: {', '.join(written) or 'none'}")
@@ -113,7 +126,7 @@ def cmd_manual(args) -> int:
         "student": args.student, "notebook": args.notebook, "cell": args.cell, "points": f"{args.points:g}",
         "comment": args.comment or "", "graded_at": time.strftime("%Y-%m-%d %H:%M:%S")}
     report.save_manual(grades, entries)
-    rows = report.write_table(grades)
+    rows = _write_table(grades)
     row = next(r for r in rows if r["student"] == args.student and r["notebook"] == args.notebook)
     print(f"{args.student} {args.notebook}: {row['points']} / {row['max_points']}, {row['status']}")
     return 0
@@ -133,13 +146,13 @@ def cmd_collect(args) -> int:
         print(f"{'would copy' if args.dry_run else 'copied'}  {m.path.name}"
               f"{' [' + m.member + ']' if m.member else ''}  ->  {m.student}/{m.assignment}/{m.notebook}.ipynb")
     for s in skipped:
-        print(f"skipped  {s}  (name does not match <student>_<assignment>.ipynb)")
+        print(f"skipped  {s}" + ("" if s.endswith(")") else "  (name does not match <student>_<assignment>.ipynb)"))
     print(f"{len(matches)} submissions, {len(skipped)} files skipped")
     return 0
 
 
 def cmd_formgrader(args) -> int:
-    from . import formgrader
+    from .trusted import formgrader
 
     n = formgrader.push(course=grading.Course.at(args.course), grades=Path(args.grades),
                         db_url=args.db_url, course_id=args.course_id,
@@ -167,6 +180,8 @@ def main(argv=None) -> int:
     g.add_argument("--notebook-timeout", type=float, default=None, help="seconds per notebook (default 600)")
     g.add_argument("--memory-mb", type=int, default=None, help="address-space limit (default 2048)")
     g.add_argument("--quiet", action="store_true")
+    g.add_argument("--scheduler", default=None, metavar="ADDRESS",   # [dask hook] grader/trusted/dask_backend.py
+                   help="run the sandboxes on this Dask cluster (tcp://host:8786); grading stays here")
     g.set_defaults(func=cmd_grade)
 
     d = sub.add_parser("demo", help="grade the demo class shipped in tests/fixtures/demo_class")

@@ -1,10 +1,10 @@
-# The reader-facing website: the executed course (solutions/*/*.ipynb with
-# their stored outputs, theory.md, the landing page site/intro.md) built with
-# Jupyter Book 1.x, fully offline, MathJax served from the site itself.
+# The reader-facing website: the executed course (solutions/*/*.ipynb with their stored outputs,
+# solutions/theory.md, site/intro.md, site/about.md) as a Jupyter Book 1 book, built fully
+# offline. The book is site/ (_config.yml, _toc.yml); site/solutions links to ../solutions.
 # Included by the top-level Makefile, which defines PY, BIN and `env`.
 #
-#   make site           build it into site/_build/html (nothing is executed)
-#   make serve          serve it on http://127.0.0.1:$(SITE_PORT)/
+#   make site           build it into site/_build/html when an input changed (nothing is executed)
+#   make serve          serve it on http://127.0.0.1:$(SITE_PORT)/ (builds only when stale)
 #   make browser-deps   apt-get install chromium (for tests/test_site_browser.py)
 
 SITE_HTML := site/_build/html
@@ -12,12 +12,25 @@ SITE_HOST := 127.0.0.1
 SITE_PORT ?= 8000
 CHROMIUM ?= /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+MATHJAX := site/_build/mathjax/mathjax/tex-mml-chtml.js
+SITE_INPUTS := $(wildcard site/*.yml site/*.md site/*.py site/site_assets/*.* solutions/*.md solutions/*/*.ipynb solutions/*/*.png) README.md mk/site.mk
 
 .PHONY: site serve browser-deps
 
-# The site's packages (Jupyter Book 1, MathJax) are in requirements/lock.txt, installed by `env`.
-site: env ## build the website into site/_build/html (offline, nothing executed)
-	$(PY) site/build.py
+site: $(SITE_HTML)/index.html ## build the website into site/_build/html (offline, nothing executed)
+
+# Runs only when an input changed; then --all rebuilds every page (Sphinx alone would not
+# refresh a changed stylesheet). -W: a warning (a dead link, a missing page) fails the build.
+$(SITE_HTML)/index.html: $(SITE_INPUTS) $(MATHJAX) | env
+	$(BIN)/jupyter-book build site --path-output site --all --warningiserror --keep-going --quiet
+	@touch $@
+
+# Code, not configuration, because Sphinx serves only files inside the book: MathJax 3 (offline)
+# is copied there (site/_build/mathjax, a static folder of _config.yml) from the
+# django-static-mathjax package that requirements/lock.txt installs.
+$(MATHJAX): | env
+	rm -rf $(@D) && mkdir -p $(dir $(@D))
+	cp -r "$$($(PY) -c 'import mathjax, pathlib; print(pathlib.Path(mathjax.__file__).parent / "static/mathjax/es5")')" $(@D)
 
 serve: site ## serve the website on 127.0.0.1 and print its address
 	@echo "Serving the course website at http://$(SITE_HOST):$(SITE_PORT)/ (Ctrl+C to stop)"

@@ -1,12 +1,76 @@
 """Sphinx extension of the course website (loaded through _config.yml).
 
-Sphinx loads MathJax only on pages that contain equations. On this site maths
-also appears in the navigation of *every* page (notebook titles such as
-"02 · Scaling: why divide by $\\sqrt{d_k}$"), so pages without equations of
-their own (search, index) would show raw TeX there. Load MathJax everywhere.
+Three reader-facing fixes that configuration cannot make:
+
+* **MathJax on every page.** Sphinx loads MathJax only on pages that contain equations; the
+  navigation of every page shows notebook titles, so load it everywhere.
+* **Plain-text titles.** A title with maths (notebook 02: "why divide by $\\sqrt{d_k}$") would
+  show raw TeX in the browser tab and in search results, which cannot typeset. Maths in a
+  title is replaced by its Unicode reading (``\\sqrt{d_k}`` -> ``√d_k``) when the page is read.
+* **No student instructions on the solutions pages.** The notebooks are written for students
+  ("Cells that say `# YOUR CODE HERE` are yours", "graded by hand"); the site shows the
+  executed solutions, so those sentences are taken out of the notebooks' markdown when the
+  page is read (the files in solutions/ are not changed).
 """
+
+from __future__ import annotations
+
+import json
+import re
+
+from docutils import nodes
+
+# The sentences that speak to a student working on the exercise, not to a reader of the solution.
+STUDENT_ONLY = [
+    (re.compile(r"(?:How to work through it: )?(?:[Rr]un the cells|Work) from the top\. Cells that say "
+                r"`# YOUR CODE HERE` are yours;\s+the cell after each one (?:holds tests that\s+print the "
+                r"relative error of your result against the\s+expected values|tests\s+it)\.\s*"), ""),
+    (re.compile(r"\(written answer, graded by hand\)"), "(written answer)"),
+]
+
+TEX_TO_TEXT = [
+    (re.compile(r"\\sqrt\{([^{}]*)\}"), r"√\1"),
+    (re.compile(r"\\(?:text|mathrm|operatorname)\{([^{}]*)\}"), r"\1"),
+    (re.compile(r"_\{([^{}]*)\}"), r"_\1"),
+    (re.compile(r"\\cdot"), "·"),
+    (re.compile(r"\\times"), "×"),
+    (re.compile(r"\\infty"), "∞"),
+    (re.compile(r"\\(alpha|beta|gamma|epsilon|varepsilon|mu|sigma|omega)"),
+     lambda m: dict(alpha="α", beta="β", gamma="γ", epsilon="ε", varepsilon="ε", mu="μ",
+                    sigma="σ", omega="ω")[m.group(1)]),
+    (re.compile(r"[{}\\]"), ""),
+]
+
+
+def tex_as_text(tex: str) -> str:
+    for pattern, repl in TEX_TO_TEXT:
+        tex = pattern.sub(repl, tex)
+    return tex
+
+
+def drop_student_instructions(app, docname, source):
+    """``source-read``: edit the markdown cells of a solutions notebook before it is parsed."""
+    if not docname.startswith("solutions/") or not source[0].lstrip().startswith("{"):
+        return
+    notebook = json.loads(source[0])
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            text = "".join(cell["source"])
+            for pattern, repl in STUDENT_ONLY:
+                text = pattern.sub(repl, text)
+            cell["source"] = text
+    source[0] = json.dumps(notebook)
+
+
+def plain_text_titles(app, doctree):
+    """``doctree-read``: maths inside a section title becomes text."""
+    for title in doctree.findall(nodes.title):
+        for math in list(title.findall(nodes.math)):
+            math.replace_self(nodes.Text(tex_as_text(math.astext())))
 
 
 def setup(app):
     app.set_html_assets_policy("always")
+    app.connect("source-read", drop_student_instructions)
+    app.connect("doctree-read", plain_text_titles, priority=100)   # before Sphinx records the titles
     return {"parallel_read_safe": True, "parallel_write_safe": True}

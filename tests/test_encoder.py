@@ -89,10 +89,19 @@ def test_layer_norm_scalar_gamma_is_refused():
         layer_norm(np.zeros((2, 4)), gamma=2.0)
 
 
-@pytest.mark.parametrize("eps", [0, -1e-5, "1e-5", None, True])
-def test_layer_norm_bad_eps(eps):
-    with pytest.raises(ValueError, match=r"eps must be a positive number, got"):
+@pytest.mark.parametrize(("eps", "exc"), [(0, ValueError), (-1e-5, ValueError), (np.nan, ValueError),
+                                          (np.inf, ValueError), ("1e-5", TypeError), (None, TypeError),
+                                          (True, TypeError)])
+def test_layer_norm_bad_eps(eps, exc):
+    with pytest.raises(exc, match=r"eps must be a positive number, got"):
         layer_norm(np.ones((2, 4)), eps=eps)
+
+
+@pytest.mark.parametrize("eps", [1e-5, np.float32(1e-5), np.float64(1e-12), 1])
+def test_layer_norm_takes_numpy_and_python_eps(eps):
+    out = layer_norm(np.array([[1.0, 2.0, 3.0, 4.0]]), eps=eps)
+    # mean 0 exactly; variance 1 up to the eps added to the variance 1.25 (relative eps / 1.25)
+    assert abs(out.mean()) < 1e-15 and abs(out.var() - 1.25 / (1.25 + float(eps))) < 1e-6
 
 
 @pytest.mark.parametrize(("x", "exc", "match"), [
@@ -374,10 +383,9 @@ def test_block_bad_inputs(rng):
         blk(rng.normal(size=(2, 3, 8)), key_padding_mask=np.ones(3, bool))
 
 
-def test_block_bad_eps_is_reported_when_used(rng):
-    blk = TransformerEncoderBlock(8, 2, rng=np.random.default_rng(0), eps=0.0)
+def test_block_bad_eps_is_reported_at_construction():
     with pytest.raises(ValueError, match=r"eps must be a positive number, got float 0.0"):
-        blk(rng.normal(size=(3, 8)))
+        TransformerEncoderBlock(8, 2, rng=np.random.default_rng(0), eps=0.0)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

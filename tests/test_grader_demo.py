@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 
 import make_demo_class  # noqa: E402
-from grader import sandbox  # noqa: E402
+from grader.trusted import sandbox  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -71,6 +71,11 @@ EXPECTED = {
     "ben_renamed_notebook": (0, "notebook missing or renamed", "found 01_attention-Copy1.ipynb"),
     "cathy_missing_notebook": (0, "notebook missing or renamed", "the folder holds no notebook"),
     "dan_invalid_json": (0, "invalid file", "not valid JSON"),
+    "gus_lone_surrogate": (5, MANUAL, "a lone surrogate stops nothing, the class is graded"),
+    "hal_keyring": (5, MANUAL, "the keyrings are out of reach (seccomp); the correct code is graded"),
+    "jan_scratch_after_answer": (5, MANUAL, "metadata stripped: tests run where they were, not after the scratch"),
+    "liam_symlinked_folder": (0, "invalid file", "a symlinked student folder is not followed"),
+    "mona_imports_flash_attention": (0, MANUAL, "another notebook's module is not in notebook 01's sandbox"),
     "eve_no_submission": (0, "no submission", "on the class list only"),
 }
 
@@ -188,6 +193,26 @@ def test_status_details_say_why(graded):
     assert "not available while grading" in zack
 
 
+def test_no_keyring_from_the_sandbox(graded):
+    text = "\n".join(line for line in _output(graded, "hal_keyring").splitlines() if line.startswith("keyring:"))
+    assert text.count("blocked EPERM") == 4 and "CREATED" not in text and "READABLE" not in text, text
+    assert "LEFT BEHIND" not in text, text
+
+
+def test_new_cases_say_why(graded):
+    rows, records = graded["rows"], graded["records"]
+    assert "symbolic link" in rows["liam_symlinked_folder"]["details"]
+    assert "flash_attention" in rows["mona_imports_flash_attention"]["details"]
+    mona = [c["error"] for c in records["mona_imports_flash_attention"]["cells"] if c.get("grade_id") == "softmax"]
+    assert mona[0]["ename"] == "ImportError" and "flash_attention" in mona[0]["evalue"], mona
+    gus = records["gus_lone_surrogate"]
+    assert "\ufffd" in _output(graded, "gus_lone_surrogate") or "?" in _output(graded, "gus_lone_surrogate")
+    assert any("\ufffd" in c["source"] for c in gus["cells"])
+    jan = records["jan_scratch_after_answer"]
+    ran = [c for c in jan["cells"] if c["kind"] == "test" or "scratch" in c["source"]]
+    assert [c["kind"] for c in ran][-1] == "plain", "the scratch cell stays last, after the tests"
+
+
 def test_feedback_pages_hide_the_hidden_tests(graded):
     hidden_lines = ['for case_id in ("attention.softmax", "attention.softmax_masked"):',
                     "case.check(scaled_dot_product_attention(**case.inputs))"]
@@ -202,11 +227,11 @@ def test_feedback_pages_hide_the_hidden_tests(graded):
     assert wendy < 400_000
 
 
-def test_speed(graded):
+def test_every_submission_ran_and_the_time_is_reported(graded):
     run = graded["run"]
-    assert run["submissions_run"] == 27
-    # Generous bounds against a hang; the measured figures are printed in the table's last line.
-    assert graded["seconds"] < 180, graded["stdout"][-500:]
+    assert run["submissions_run"] == 31
+    # No bound on the time (it is the machine's and the load's); pytest's --timeout catches a hang.
+    assert run["seconds"] > 0 and run["seconds_per_submission"] > 0
     print(f"demo class: {run['seconds']} s, {run['seconds_per_submission']} s per notebook-submission")
 
 
@@ -219,6 +244,7 @@ def _free_port():
 def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path):
     """Push into a fresh nbgrader gradebook; formgrader (the pinned Jupyter) lists the submissions
     with our scores; a hand grade entered there reaches the grade table."""
+    import urllib.parse
     import urllib.request
 
     from nbgrader.api import Gradebook
@@ -238,12 +264,14 @@ def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path
     assert out.returncode == 0, out.stderr[-2000:]
     with Gradebook(db_url, course_id="demo") as gb:
         scores = {s.student.id: (s.score, s.needs_manual_grade) for s in gb.assignment_submissions("01_attention")}
-        assert len(scores) == 27 and len(gb.students) == 31
+        assert len(scores) == graded["run"]["submissions_run"] == 31 and len(gb.students) == len(EXPECTED)
         assert scores["alice_correct"] == (7.0, False) and scores["bob_stub"] == (0.0, False)
         assert scores["carol_wrong_scale"] == (2.0, True)
         grade = gb.find_grade("written_values", "01_attention", "01_attention", "carol_wrong_scale")
         grade.manual_score = 1.5          # what formgrader's "save" does
         grade.needs_manual_grade = False
+        comment = gb.find_comment("written_values", "01_attention", "01_attention", "carol_wrong_scale")
+        comment.manual_comment = "names both roles of a token"
         gb.db.commit()
 
     port = _free_port()
@@ -251,7 +279,8 @@ def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path
         [sys.executable, "-m", "jupyter", "server", "--no-browser", f"--port={port}", "--ServerApp.token=t",
          f"--ServerApp.root_dir={course}", "--allow-root"],
         cwd=course, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env=dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"))
+        env=dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                 JUPYTER_PATH=str(ROOT / "grader" / "jupyter")))     # formgrader's MathJax from this server
     try:
         url = f"http://127.0.0.1:{port}/formgrader/api/submitted_notebooks/01_attention/01_attention?token=t"
         listing = None
@@ -264,13 +293,19 @@ def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path
                 time.sleep(0.5)
         assert listing is not None, "formgrader did not answer"
         by_student = {x["student"]: x for x in listing}
-        assert len(by_student) == 27
+        assert len(by_student) == 31
         assert by_student["carol_wrong_scale"]["score"] == 3.5
         carol = by_student["carol_wrong_scale"]["id"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/formgrader/submissions/{carol}/?token=t",
                                     timeout=30) as resp:
             page = resp.read().decode()
         assert "written_values" in page
+        # the maths renders offline: MathJax from this server (jupyter-server-mathjax), no CDN
+        assert "cdnjs" not in page and "../../../static/jupyter_server_mathjax/MathJax.js" in page
+        mathjax = urllib.parse.urljoin(f"http://127.0.0.1:{port}/formgrader/submissions/{carol}/",
+                                       "../../../static/jupyter_server_mathjax/MathJax.js")
+        with urllib.request.urlopen(mathjax, timeout=30) as resp:
+            assert resp.status == 200 and b"MathJax" in resp.read(4096)
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -280,4 +315,6 @@ def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path
     assert table.returncode == 0, table.stderr
     rows = {r["student"]: r for r in csv.DictReader((graded["grades"] / "grades.csv").open())}
     assert (rows["carol_wrong_scale"]["points"], rows["carol_wrong_scale"]["status"]) == ("3.5", "graded")
+    carol_page = (graded["grades"] / "feedback" / "carol_wrong_scale" / "01_attention.html").read_text()
+    assert "graded by hand: names both roles of a token" in carol_page      # the comment typed in formgrader
     assert (rows["alice_correct"]["points"], rows["alice_correct"]["status"]) == ("7", "graded")

@@ -10,6 +10,7 @@ import copy
 import io
 import json
 import os
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -20,8 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader import collect, compare, grading, notebooks, package, report  # noqa: E402
-from grader.sandbox import Limits, _Reader  # noqa: E402
+from grader.trusted import collect, compare, grading, notebooks, package, report  # noqa: E402
+from grader.trusted.sandbox import Limits, _Reader  # noqa: E402
 
 NAME = "01_attention"
 
@@ -135,9 +136,35 @@ def test_read_submission_refuses_bad_files(tmp_path):
         with pytest.raises(notebooks.InvalidNotebook):
             notebooks.read_submission(path, 1 << 20)
     big = tmp_path / "big.ipynb"
-    big.write_text(json.dumps({"cells": [], "pad": "x" * 2000}))
-    with pytest.raises(notebooks.InvalidNotebook, match="MB"):
+    big.write_text(json.dumps({"cells": [], "pad": "x" * 9000}))
+    with pytest.raises(notebooks.InvalidNotebook, match="MB"):      # the file: more than 8 x the limit
         notebooks.read_submission(big, 1000)
+    code = tmp_path / "code.ipynb"
+    code.write_text(json.dumps({"cells": [{"cell_type": "code", "source": "x" * 2000, "metadata": {}}]}))
+    with pytest.raises(notebooks.InvalidNotebook, match="outputs not counted"):
+        notebooks.read_submission(code, 1000)
+
+
+def test_outputs_do_not_count_towards_the_size_limit(tmp_path):
+    """A notebook with many figures is big; only its cells' sources count (issue 12)."""
+    figure = {"output_type": "display_data", "metadata": {}, "data": {"image/png": "A" * 100_000}}
+    cells = [{"cell_type": "code", "source": f"plot({i})", "metadata": {}, "outputs": [figure] * 3}
+             for i in range(100)]
+    path = tmp_path / "figures.ipynb"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    assert path.stat().st_size > 25_000_000
+    got = notebooks.read_submission(path, 25 << 20, 256 << 20)
+    assert [c["source"] for c in got] == [f"plot({i})" for i in range(100)]
+
+
+def test_lone_surrogates_become_replacement_characters(tmp_path):
+    """A lone surrogate (JSON escape \\ud83d) in a cell cannot stop writing the class's files."""
+    path = tmp_path / "s.ipynb"
+    path.write_text('{"cells": [{"cell_type": "markdown", "source": "bad \\ud83d end", "metadata": '
+                    '{"nbgrader": {"grade_id": "w\\udc00"}}}]}')
+    got = notebooks.read_submission(path, 1 << 20)
+    assert got[0]["source"] == "bad \ufffd end" and got[0]["nbgrader"]["grade_id"] == "w\ufffd"
+    got[0]["source"].encode("utf-8")
 
 
 # --------------------------------------------------------------------------- the trusted comparison
@@ -161,10 +188,15 @@ def test_prepare_and_compare_roundtrip(tmp_path, assignment):
         other.expected["attention.sdpa"][1], ref)
 
 
-def test_derive_seed_differs_per_student():
-    assert compare.derive_seed(1, "alice", NAME) == compare.derive_seed(1, "alice", NAME)
-    assert compare.derive_seed(1, "alice", NAME) != compare.derive_seed(1, "bob", NAME)
-    assert compare.derive_seed(1, "alice", NAME) != compare.derive_seed(2, "alice", NAME)
+def test_derive_seed_differs_per_student_and_per_submission():
+    """Same run seed and same submission: same inputs (a reproducible regrade). Another student,
+    another run seed, or ANY change of the submission (a lookup table of last run's inputs): new ones."""
+    work = b'{"cells": "def softmax(x): ..."}'
+    assert compare.derive_seed(1, "alice", NAME, work) == compare.derive_seed(1, "alice", NAME, work)
+    assert compare.derive_seed(1, "alice", NAME, work) != compare.derive_seed(1, "bob", NAME, work)
+    assert compare.derive_seed(1, "alice", NAME, work) != compare.derive_seed(2, "alice", NAME, work)
+    replay = work + b"\nTABLE = {...}"
+    assert compare.derive_seed(1, "alice", NAME, work) != compare.derive_seed(1, "alice", NAME, replay)
 
 
 @pytest.mark.parametrize("got,reason", [
@@ -231,39 +263,86 @@ def test_exported_pickles_and_zip_bombs_are_refused():
 
 
 # --------------------------------------------------------------------------- the sandbox's package copy
-def test_sandbox_package_blocks_this_notebooks_functions(tmp_path, assignment, monkeypatch):
-    import transformer_course
+def _run_with_package(dest, code):
+    import subprocess
 
-    blocked = package.blocked_for(assignment, transformer_course)
-    assert {n for _, n in blocked} == {"softmax", "scaled_dot_product_attention"}
-    dest = package.build_sandbox_package(ROOT / "lib" / "transformer_course", tmp_path / "pkg", blocked)
+    prog = f"import sys; sys.path.insert(0, {str(dest)!r})\n" + code
+    return subprocess.run([sys.executable, "-I", "-c", prog], capture_output=True, text=True)
+
+
+def test_sandbox_package_blocks_this_notebooks_functions(tmp_path, assignment):
+    plan = package.plan_for(assignment, ROOT / "lib")
+    assert plan.blocked_names == {"softmax", "scaled_dot_product_attention"}
+    dest = package.build_sandbox_package(ROOT / "lib", tmp_path / "pkg", plan, NAME)
     assert not (dest / "transformer_course" / "grading" / "cases_01_attention.py").exists()
-    code = (
-        "import sys; sys.path.insert(0, %r)\n"
+    out = _run_with_package(dest, (
         "import transformer_course as tc, numpy as np\n"
-        "assert tc.__file__.startswith(%r)\n"
+        f"assert tc.__file__.startswith({str(dest)!r})\n"
         "for f in (lambda: tc.softmax(np.zeros(3)), lambda: tc.scaled_dot_product_attention(*[np.ones((2, 2))] * 3)):\n"
         "    try:\n        f()\n    except NotImplementedError as e:\n        assert 'not available while grading' in str(e)\n"
         "    else:\n        raise SystemExit('reference reachable')\n"
-        "assert tc.layer_norm(np.ones((2, 4))).shape == (2, 4)\n"
         "import transformer_course.grading as g\n"
         "assert not hasattr(g, 'CASES') and not hasattr(g, 'case_rng')\n"
-        "print('ok')\n" % (str(dest), str(dest)))
-    import subprocess
-
-    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True)
+        "print('ok')\n"))
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_another_notebooks_module_cannot_compute_this_notebooks_answer(tmp_path, assignment):
+    """flash_attention computes both exercises of notebook 01 (softmax = attention with zero scores, the
+    input as an additive mask, V = I): notebook 01 does not import it, so its sandbox does not have it --
+    by the rule (only what the notebook imports), not by its name."""
+    import numpy as np
+    import transformer_course as real
+
+    x = np.random.default_rng(0).normal(size=(3, 5))
+    zeros, eye = np.zeros((3, 5, 1)), np.broadcast_to(np.eye(5), (3, 5, 5))
+    out = real.flash_attention(zeros, zeros, eye, mask=x[:, None, :].repeat(5, 1))
+    via_flash = (out[0] if isinstance(out, tuple) else out)[:, 0, :]
+    assert np.allclose(via_flash, real.softmax(x)), "the premise: flash_attention computes softmax"
+
+    plan = package.plan_for(assignment, ROOT / "lib")
+    dest = package.build_sandbox_package(ROOT / "lib", tmp_path / "pkg", plan, NAME)
+    out = _run_with_package(dest, (
+        "import transformer_course as tc\n"
+        "for attempt in ('tc.flash_attention', 'tc.FastMultiHeadAttention'):\n"
+        "    try:\n        eval(attempt)\n    except AttributeError as e:\n        assert 'not available' in str(e)\n"
+        "    else:\n        raise SystemExit(attempt + ' reachable')\n"
+        "import importlib, pkgutil\n"
+        "names = {m.name for m in pkgutil.iter_modules(tc.__path__)}\n"
+        "print(sorted(names))\n"))
+    assert out.returncode == 0, out.stderr
+    present = set(eval(out.stdout.strip()))
+    # every module present is one notebook 01 imports, or one those import (the rule, whatever names)
+    code = package.CourseCode(ROOT / "lib")
+    imported, _, _ = package.notebook_imports(assignment, code)
+    allowed = {m.split(".")[1] for m in code.closure(imported) if m.count(".") == 1} | {"grading"}
+    assert present == allowed and "fast_attention" not in present
+    assert plan.absent and all(m not in plan.modules for m in plan.absent)
 
 
 def test_blocked_functions_of_earlier_notebooks_stay_available(assignment):
     """A later notebook may import what an earlier one built: blocked only where it is the exercise."""
-    import transformer_course
+    later = notebooks.Assignment("99_later", ROOT, [notebooks.SourceCell(0, "code", "import transformer_course as tc\n"
+                                                                              "tc.scaled_dot_product_attention", None,
+                                                                              "plain")],
+                                 [notebooks.TestCell("t", 1, ["attention.sdpa"], "", "")],
+                                 [], {"x": ["scaled_dot_product_attention"]})
+    plan = package.plan_for(later, ROOT / "lib", [assignment])
+    assert "transformer_course.attention" in plan.modules and plan.blocked == set()
+
+
+def test_what_the_solution_uses_is_never_blocked(tmp_path):
+    """Notebook 07's solution uses layer_norm and TransformerEncoderBlock, which call the private
+    argument checks: nothing of that is blocked (issue 12: a correct 07 lost 6 points)."""
     from transformer_course.grading import CASES
 
-    later = notebooks.Assignment("99_later", ROOT, [], [notebooks.TestCell("t", 1, ["attention.sdpa"], "", "")],
-                                 [], {"x": ["scaled_dot_product_attention"]})
-    assert package.blocked_for(later, transformer_course, [assignment]) == set()
-    assert CASES  # the trusted side keeps every case
+    name = "07_pretrained_minilm"
+    a = notebooks.load_assignment(ROOT / "notebooks", name, CASES, ROOT / "exercises")
+    earlier = [notebooks.load_assignment(ROOT / "notebooks", e, CASES)
+               for e in sorted(p.name for p in (ROOT / "notebooks").iterdir() if p.name[:2].isdigit()) if e < name]
+    plan = package.plan_for(a, ROOT / "lib", earlier)
+    assert not any(package._private(m, n) for m, n in plan.blocked)
+    assert not plan.blocked_names & {"layer_norm", "TransformerEncoderBlock"}
 
 
 def test_sandbox_grading_module_exports_only(tmp_path, monkeypatch):
@@ -274,7 +353,7 @@ def test_sandbox_grading_module_exports_only(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_GRADING_INPUTS", str(tmp_path / "inputs"))
     monkeypatch.setenv("COURSE_GRADING_EXPORT", str(tmp_path / "exports"))
     (tmp_path / "exports").mkdir()
-    spec = importlib.util.spec_from_file_location("sandbox_grading", ROOT / "grader" / "sandbox_grading.py")
+    spec = importlib.util.spec_from_file_location("sandbox_grading", ROOT / "grader" / "sandboxed" / "grading_module.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     case = mod.hidden_case("attention.softmax")
@@ -491,3 +570,190 @@ def test_collect_copies_notebooks_and_zips(tmp_path):
     assert not (tmp_path / "escape.ipynb").exists()
     custom, _ = collect.plan(lms, [NAME], r"(?P<student>[a-z]+)_(?P<assignment>01_attention)\.ipynb")
     assert [m.student for m in custom] == ["alice"]
+
+
+def test_collect_goes_on_after_an_unreadable_zip_member(tmp_path):
+    """A member with a compression method Python cannot read (issue 12) is skipped with a reason;
+    the files after it are still collected."""
+    lms = tmp_path / "lms"
+    lms.mkdir()
+    with zipfile.ZipFile(lms / "amy_01_attention.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("01_attention.ipynb", '{"cells": []}' * 10)
+    raw = bytearray((lms / "amy_01_attention.zip").read_bytes())
+    for sig, offset in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):      # method field: 8 (deflate) -> 6 (implode)
+        at = raw.index(sig)
+        raw[at + offset:at + offset + 2] = (6).to_bytes(2, "little")
+    (lms / "amy_01_attention.zip").write_bytes(bytes(raw))
+    (lms / "zoe_01_attention.ipynb").write_text('{"cells": []}')
+    matches, skipped = collect.collect(lms, tmp_path / "submitted", [NAME])
+    assert [m.student for m in matches] == ["zoe"]
+    assert len(skipped) == 1 and skipped[0].startswith("amy_01_attention.zip") and "cannot be read" in skipped[0]
+    assert (tmp_path / "submitted" / "zoe" / NAME / f"{NAME}.ipynb").exists()
+    assert not list((tmp_path / "submitted" / "amy").rglob("*.ipynb"))
+
+
+def test_collect_does_not_write_through_a_symlinked_student_folder(tmp_path):
+    lms = tmp_path / "lms"
+    lms.mkdir()
+    (lms / "eve_01_attention.ipynb").write_text('{"cells": []}')
+    (tmp_path / "submitted").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "submitted" / "eve").symlink_to(tmp_path / "elsewhere")
+    matches, skipped = collect.collect(lms, tmp_path / "submitted", [NAME])
+    assert matches == [] and "symbolic link" in skipped[0]
+    assert not list((tmp_path / "elsewhere").rglob("*"))
+
+
+def test_discover_does_not_follow_a_symlinked_student_folder(tmp_path):
+    sub = tmp_path / "submitted"
+    (sub / "alice" / NAME).mkdir(parents=True)
+    (sub / "alice" / NAME / f"{NAME}.ipynb").write_text('{"cells": []}')
+    (sub / "mallory").symlink_to(sub / "alice")
+    found = {s.student: s for s in grading.discover(sub, [NAME], ["alice", "mallory"])}
+    assert found["alice"].status is None
+    assert found["mallory"].status == grading.INVALID and "symbolic link" in found["mallory"].details[0]
+
+
+def test_a_hand_grade_needs_a_submission(tmp_path):
+    """No hand grade for a row where nothing was submitted; an old one does not count (issue 12)."""
+    grades = tmp_path / "grades"
+    (grades / "results" / "s").mkdir(parents=True)
+    record = _record(student="s", auto_status=grading.NO_SUBMISSION, auto_points=0.0)
+    (grades / "results" / "s" / f"{NAME}.json").write_text(json.dumps(record))
+    from grader.__main__ import main
+
+    with pytest.raises(SystemExit, match="no submission"):
+        main(["manual", "--grades", str(grades), "--student", "s", "--notebook", NAME,
+              "--cell", "written_values", "--points", "1"])
+    manual = {("s", NAME, "written_values"): {"points": "2", "comment": "x"}}
+    row = report.row_for(record, manual)
+    assert (row["points"], row["status"]) == ("0", grading.NO_SUBMISSION)
+    html = report.write_feedback(tmp_path, record, row, manual).read_text()
+    assert "waiting for a hand grade" not in html and "no submission" in html
+
+
+def test_table_and_feedback_survive_lone_surrogates_in_records(tmp_path):
+    """A record holding a lone surrogate (JSON-escaped by json.dumps) cannot stop the table."""
+    grades = tmp_path
+    (grades / "results" / "s").mkdir(parents=True)
+    record = _record(student="s", details=["bad \ud83d text"])
+    (grades / "results" / "s" / f"{NAME}.json").write_text(json.dumps(record))
+    rows = report.write_table(grades)
+    assert "bad \ufffd text" in rows[0]["details"]
+    assert "\ufffd" in (grades / "feedback" / "s" / f"{NAME}.html").read_text(encoding="utf-8")
+
+
+def test_seccomp_filter_denies_keyrings_and_namespaces():
+    """The filter the sandbox installs: add_key/keyctl/unshare/ptrace fail with EPERM, fork and
+    threads still work (run in a child process: a filter cannot be removed)."""
+    from grader.trusted import seccomp
+
+    if not seccomp.supported():
+        pytest.skip("seccomp filter defined for x86_64 and aarch64 only")
+    code = (
+        "import ctypes, errno, os, sys, threading\n"
+        f"sys.path.insert(0, {str(ROOT / 'grader' / 'trusted')!r})\n"
+        "import seccomp\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "assert libc.prctl(38, 1, 0, 0, 0) == 0\n"
+        "seccomp.install()\n"
+        "nr = seccomp.ARCHES[os.uname().machine][3]\n"
+        "out = []\n"
+        "for name, args in (('add_key', (b'user', b'k', b'v', 1, ctypes.c_int(-4))), ('keyctl', (0, -4, 0)),\n"
+        "                   ('unshare', (0x10000000,)), ('ptrace', (0, 0, 0, 0))):\n"
+        "    r = libc.syscall(nr[name], *args)\n"
+        "    out.append((name, r, errno.errorcode.get(ctypes.get_errno())))\n"
+        "t = threading.Thread(target=lambda: None); t.start(); t.join()\n"
+        "pid = os.fork()\n"
+        "os._exit(3) if pid == 0 else out.append(('fork', os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])))\n"
+        "print(out)\n")
+    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert eval(proc.stdout) == [("add_key", -1, "EPERM"), ("keyctl", -1, "EPERM"), ("unshare", -1, "EPERM"),
+                                 ("ptrace", -1, "EPERM"), ("fork", 3)]
+
+
+def test_a_notebook_with_big_outputs_is_read(tmp_path):
+    """28 MB of figures: read (outputs dropped), not an invalid file."""
+    figure = {"output_type": "display_data", "metadata": {}, "data": {"image/png": "A" * 1_000_000}}
+    nb = json.loads((ROOT / "exercises" / NAME / f"{NAME}.ipynb").read_text())
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"] = [figure] * 4
+    path = tmp_path / "submitted" / "s" / NAME / f"{NAME}.ipynb"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(nb))
+    assert path.stat().st_size > 25 << 20
+    (sub,) = grading.discover(tmp_path / "submitted", [NAME], ["s"])
+    assert sub.status is None and len(sub.cells) == len(nb["cells"])
+
+
+def test_the_grader_has_no_import_circles_and_the_trusted_side_never_imports_the_sandboxed():
+    """grader/trusted/ and grader/sandboxed/ show the trust boundary (issue 13); no module imports
+    one that imports it back, directly or not."""
+    import ast as _ast
+
+    graph = {}
+    for path in (ROOT / "grader").rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module.removesuffix(".__init__")
+        deps = set()
+        for node in _ast.walk(_ast.parse(path.read_text())):
+            if isinstance(node, _ast.ImportFrom) and node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+                deps |= {f"{target}.{a.name}" for a in node.names} | {target}
+            elif isinstance(node, _ast.ImportFrom) and (node.module or "").startswith("grader"):
+                deps |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        graph[module.removesuffix(".__init__")] = deps
+    graph = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
+    assert not any(d.startswith("grader.sandboxed") for m, deps in graph.items() if ".trusted" in m for d in deps)
+
+    def reaches(start, goal, seen=()):
+        return any(d == goal or (d not in seen and reaches(d, goal, (*seen, d))) for d in graph[start])
+
+    circles = sorted(m for m in graph if reaches(m, m))
+    assert circles == [], circles
+
+
+def test_package_rule_on_a_package_laid_out_otherwise(tmp_path):
+    """The rule reads imports, not file names: `from . import sub` in __init__, a second package in
+    lib/ (e.g. fast attention moved out), absolute imports between them."""
+    lib = tmp_path / "lib"
+    (lib / "course").mkdir(parents=True)
+    (lib / "course_fast").mkdir()
+    (lib / "course" / "__init__.py").write_text("from . import basics, extra\nfrom .basics import f\n"
+                                                 "from course_fast import fast\n__all__ = ['f', 'fast']\n")
+    (lib / "course" / "basics.py").write_text("def f(x):\n    return x + 1\n")
+    (lib / "course" / "extra.py").write_text("def g(x):\n    return 2 * x\n")
+    (lib / "course_fast" / "__init__.py").write_text("from .impl import fast\n")
+    (lib / "course_fast" / "impl.py").write_text("from course.basics import f\n\ndef fast(x):\n    return f(x)\n")
+    a = notebooks.Assignment("01_x", tmp_path, [notebooks.SourceCell(0, "code", "from course import f\nf(1)",
+                                                                     None, "plain")], [], [], {})
+    plan = package.plan_for(a, lib)
+    assert plan.modules == {"course", "course.basics"}
+    assert {"course.extra", "course_fast", "course_fast.impl"} <= plan.absent and "fast" in plan.unavailable
+    dest = package.build_sandbox_package(lib, tmp_path / "pkg", plan, "01_x")
+    out = _run_with_package(dest, "import course\nassert course.f(1) == 2\n"
+                                  "try:\n    course.fast\nexcept AttributeError as e:\n    print('absent:', e)\n")
+    assert out.returncode == 0 and "not available while grading 01_x" in out.stdout, out.stderr
+
+
+def test_stripped_metadata_tests_run_where_they_were_not_after_a_scratch_cell(assignment):
+    """Every cell's metadata stripped and a scratch cell at the end that redefines the attention:
+    the re-inserted test cells run right after the student's answers, before the scratch cell, and
+    the answer (not the scratch) is matched as the solution (issue 12: honest work scored 2/5)."""
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+    import make_demo_class as demo
+
+    released = json.loads((ROOT / "exercises" / NAME / f"{NAME}.ipynb").read_text())
+    nb = demo.build_notebook(released, demo.STUDENTS["jan_scratch_after_answer"])
+    student = [{"cell_type": c["cell_type"], "source": "".join(c["source"]), "nbgrader": {}} for c in nb["cells"]]
+    cells, notes = notebooks.rebuild(assignment, student)
+    order = [(c.kind, c.grade_id) for c in cells if c.kind in ("solution", "test")]
+    assert order == [("solution", "softmax"), ("test", "test_softmax"), ("solution", "sdpa"), ("test", "test_sdpa")]
+    scratch = next(i for i, c in enumerate(cells) if "scratch" in c.source)
+    assert scratch == len(cells) - 1
+    assert max(i for i, c in enumerate(cells) if c.kind == "test") < scratch
+    sdpa = next(c for c in cells if c.grade_id == "sdpa")
+    assert "np.sqrt(Q.shape[-1])" in sdpa.source          # the answer, not the scratch (scaled by d_k)

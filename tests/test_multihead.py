@@ -356,7 +356,7 @@ def test_wrong_model_width(rng, name):
 
 def test_key_and_value_shapes_differ(rng):
     mha = make_mha()
-    with pytest.raises(ValueError, match=r"key and value must have the same shape, got \(2, 4, 8\) and \(2, 5, 8\)"):
+    with pytest.raises(ValueError, match=r"key and value must have the same shape, got key \(2, 4, 8\) and value \(2, 5, 8\)"):
         mha(rng.normal(size=(2, 3, 8)), rng.normal(size=(2, 4, 8)), rng.normal(size=(2, 5, 8)))
 
 

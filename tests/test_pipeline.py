@@ -34,9 +34,9 @@ def grade_cells(nb):
     return [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
 
 
-def test_the_course_has_its_seven_notebooks_in_order():
+def test_the_course_has_its_eight_notebooks_in_order():
     assert NAMES == ["01_attention", "02_scaling", "03_multihead", "04_positional_encoding",
-                     "05_encoder_block", "06_failures", "07_pretrained_minilm"], NAMES
+                     "05_encoder_block", "06_failures", "07_pretrained_minilm", "08_decoder"], NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -208,6 +208,7 @@ def test_committed_exercises_are_fresh(tmp_path):
     course.generate_assignments(NAMES, root=tmp_path)
     stale = []
     for name in NAMES:
+        course.finish_release(tmp_path / "exercises" / name / f"{name}.ipynb")
         fresh = json.loads((tmp_path / "exercises" / name / f"{name}.ipynb").read_text())
         committed = json.loads((ROOT / "exercises" / name / f"{name}.ipynb").read_text())
         if fresh != committed:

@@ -1,43 +1,60 @@
 """transformer_course: the Transformer from first principles, in NumPy.
 
-The reference implementation of everything the course's notebooks build, one
-module per concept. Shapes follow the ``(..., n, d)`` convention: any leading
-batch (and head) dimensions, then positions, then features.
+The readable reference implementation of everything the course's notebooks build, one
+module per concept (see lib/README.md for the map). Shapes follow the ``(..., n, d)``
+convention: any leading batch (and head) dimensions, then positions, then features.
+Argument checks live in ``_checks.py`` (one call per argument; the rules for NaN, -inf
+and empty axes are in its docstring). Fast versions (threads, tiles, fused products)
+are in the sibling package ``transformer_course_fast``, tested against these.
 """
 
 from .activations import gelu, relu
 from .attention import attention_scores, scaled_dot_product_attention
 from .encoder import TransformerEncoderBlock
-from .fast_attention import FastMultiHeadAttention, flash_attention, release_buffers
 from .feedforward import PositionwiseFeedForward
 from .masks import causal_mask, padding_mask
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 from .normalization import layer_norm
+from .online_softmax import online_softmax_attention
 from .positional import frequencies, positional_encoding, relative_shift_matrix
 from .softmax import attention_entropy, softmax, softmax_jacobian
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "FastMultiHeadAttention",
     "MultiHeadAttention",
     "PositionwiseFeedForward",
     "TransformerEncoderBlock",
     "attention_entropy",
     "attention_scores",
     "causal_mask",
-    "flash_attention",
     "frequencies",
     "gelu",
     "layer_norm",
     "merge_heads",
+    "online_softmax_attention",
     "padding_mask",
     "positional_encoding",
     "relative_shift_matrix",
-    "release_buffers",
     "relu",
     "scaled_dot_product_attention",
     "softmax",
     "softmax_jacobian",
     "split_heads",
+]
+
+# Notebook 08: the decoder and generation.
+from . import decoder, generation  # noqa: E402
+from .decoder import CachedStep, DecoderLM, KVCache, TransformerDecoderBlock, UncachedStep  # noqa: E402
+from .generation import generate, sample_next_token, sampling_probabilities  # noqa: E402
+
+__all__ += [
+    "CachedStep",
+    "DecoderLM",
+    "KVCache",
+    "TransformerDecoderBlock",
+    "UncachedStep",
+    "generate",
+    "sample_next_token",
+    "sampling_probabilities",
 ]

@@ -1,8 +1,19 @@
-"""Argument checks shared by every public function.
+"""Argument checks shared by every public function: each function makes one call per argument.
 
 Each check raises ``TypeError`` (wrong kind of object) or ``ValueError`` (right
-kind, wrong shape or value) with a message that names the argument, says what
-was expected and shows what came.
+kind, wrong shape or value) with a message that names the caller's argument, says
+what was expected and shows what came.
+
+The rules, the same for every public function of the package:
+
+* **NaN and infinities are refused** (``ValueError`` naming the argument). The one
+  exception is ``-inf`` where it means "blocked": the scores given to ``softmax``
+  and an additive attention mask.
+* **An axis that is summed or averaged over must not be empty**: the softmax axis,
+  the keys ``n_k``, the feature widths ``d_k`` and ``d``. An empty axis that is not
+  reduced over (a batch of 0 sentences, 0 queries) is fine and gives an empty result.
+* Integers and booleans are promoted to float64; float16/32/64 keep their dtype.
+  Parameter dtypes (``dtype=`` of a layer) must be floating.
 """
 
 from __future__ import annotations
@@ -44,6 +55,26 @@ def as_float_array(x, name: str, *, min_ndim: int = 1) -> np.ndarray:
     return arr
 
 
+def check_array(x, name: str, *, min_ndim: int = 1, allow_neg_inf: bool = False,
+                nonempty: tuple[int, ...] = ()) -> np.ndarray:
+    """:func:`as_float_array`, then :func:`check_finite`, then: the axes ``nonempty`` have length >= 1."""
+    arr = as_float_array(x, name, min_ndim=min_ndim)
+    check_finite(arr, name, allow_neg_inf=allow_neg_inf)
+    for axis in nonempty:
+        if arr.shape[axis] == 0:
+            raise ValueError(f"{name} must not be empty along axis {axis} (it is summed over), "
+                             f"got shape {arr.shape}")
+    return arr
+
+
+def check_width(x, name: str, width: int, *, min_ndim: int = 1, width_name: str = "d_model") -> np.ndarray:
+    """A finite float array ``(..., width)`` (token vectors of a layer of that width)."""
+    arr = check_array(x, name, min_ndim=min_ndim)
+    if arr.shape[-1] != width:
+        raise ValueError(f"{name} must have last dimension {width_name}={width}, got shape {arr.shape}")
+    return arr
+
+
 def check_finite(arr: np.ndarray, name: str, *, allow_neg_inf: bool = False) -> None:
     """Refuse NaN (and +inf; and -inf unless ``allow_neg_inf``)."""
     if np.isnan(arr).any():
@@ -63,6 +94,26 @@ def positive_int(value, name: str) -> int:
     if value <= 0:
         raise ValueError(f"{name} must be a positive integer, got {value}")
     return int(value)
+
+
+def positive_float(value, name: str) -> float:
+    """A finite real number > 0 (Python or NumPy scalar; bools refused), as a float."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a positive number, got {describe(value)}")
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive number, got {describe(value)}")
+    return float(value)
+
+
+def float_dtype(dtype, name: str = "dtype") -> np.dtype:
+    """A floating NumPy dtype (float16/32/64); integer, bool and complex are refused."""
+    try:
+        out = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{name} must be a floating dtype such as np.float32, got {describe(dtype)}") from None
+    if out.kind != "f":
+        raise TypeError(f"{name} must be a floating dtype such as np.float32, got {out}")
+    return out
 
 
 def check_rng(rng, name: str = "rng") -> np.random.Generator:
@@ -100,3 +151,101 @@ def check_matrix(arr, name: str, shape: tuple[int, int]) -> np.ndarray:
     if out.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got shape {out.shape}")
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention inputs (shared by the reference and the fast path in transformer_course_fast)
+# ---------------------------------------------------------------------------------------------
+def check_qk(Q, K, *, finite: bool = True):
+    """Q ``(..., n_q, d_k)`` and K ``(..., n_k, d_k)``: one batch shape, one ``d_k >= 1``."""
+    check = check_array if finite else as_float_array
+    Q = check(Q, "Q", min_ndim=2)
+    K = check(K, "K", min_ndim=2)
+    if Q.shape[-1] != K.shape[-1]:
+        raise ValueError(f"Q and K must have the same last dimension d_k, got Q {Q.shape} and K {K.shape}")
+    if Q.shape[-1] == 0:
+        raise ValueError(f"Q and K must have d_k >= 1 features (the scores divide by sqrt(d_k)), "
+                         f"got Q {Q.shape} and K {K.shape}")
+    if Q.shape[:-2] != K.shape[:-2]:
+        raise ValueError(f"Q and K must have the same leading (batch) dimensions, got Q {Q.shape} and K {K.shape}")
+    return Q, K
+
+
+def check_qkv(Q, K, V, *, finite: bool = True):
+    """Q ``(..., n_q, d_k)``, K ``(..., n_k, d_k)``, V ``(..., n_k, d_v)``, one batch shape, ``n_k >= 1``."""
+    Q, K = check_qk(Q, K, finite=finite)
+    V = (check_array if finite else as_float_array)(V, "V", min_ndim=2)
+    if K.shape[-2] != V.shape[-2]:
+        raise ValueError("K and V must have the same number of positions n_k (axis -2), "
+                         f"got K {K.shape} and V {V.shape}")
+    if K.shape[:-2] != V.shape[:-2]:
+        raise ValueError(f"K and V must have the same leading (batch) dimensions, got K {K.shape} and V {V.shape}")
+    if K.shape[-2] == 0:
+        raise ValueError(f"K and V must hold at least one key (n_k >= 1): each query's weights sum over "
+                         f"the keys, got K {K.shape}")
+    return Q, K, V
+
+
+def check_attention_inputs(query, key, value, d_model: int, *, finite: bool = True):
+    """Multi-head attention's inputs: ``query (..., n_q, d_model)``; ``key``, ``value``
+    ``(..., n_k, d_model)`` defaulting to ``query`` (self-attention; the same array is
+    returned, checked once), one batch shape, ``n_k >= 1``."""
+    check = check_array if finite else as_float_array
+    query = check(query, "query", min_ndim=2)
+    key = query if key is None else check(key, "key", min_ndim=2)
+    value = key if value is None else check(value, "value", min_ndim=2)
+    for name, arr in (("query", query), ("key", key), ("value", value)):
+        if arr.shape[-1] != d_model:
+            raise ValueError(f"{name} must have last dimension d_model={d_model}, got shape {arr.shape}")
+    if key.shape != value.shape:
+        raise ValueError(f"key and value must have the same shape, got key {key.shape} and value {value.shape}")
+    if query.shape[:-2] != key.shape[:-2]:
+        raise ValueError(f"query and key must have the same leading (batch) dimensions, "
+                         f"got query {query.shape} and key {key.shape}")
+    if key.shape[-2] == 0:
+        raise ValueError(f"key must hold at least one position (n_k >= 1), got key {key.shape}")
+    return query, key, value
+
+
+def check_mask(mask, score_shape) -> np.ndarray:
+    """A boolean (True = may attend) or additive float mask that broadcasts to
+    ``score_shape`` = ``(..., n_q, n_k)`` without enlarging it, as an array.
+    (Finiteness of a float mask is checked by the caller: -inf allowed, NaN and +inf not.)"""
+    mask = np.asarray(mask)
+    if mask.dtype == object or not (mask.dtype == bool or np.issubdtype(mask.dtype, np.floating)):
+        raise TypeError("mask must be boolean (True = may attend) or floating (added to the "
+                        f"scores, -inf = blocked), got {describe(mask)}")
+    try:
+        broadcast = np.broadcast_shapes(mask.shape, score_shape)
+    except ValueError:
+        broadcast = None
+    if broadcast != tuple(score_shape):
+        raise ValueError(f"mask of shape {mask.shape} does not broadcast to the score shape "
+                         f"{tuple(score_shape)} (..., n_q, n_k)")
+    return mask
+
+
+def check_scores(x, axis):
+    """Softmax scores: finite or -inf, the softmax axis (normalised) non-empty."""
+    x = check_array(x, "x", allow_neg_inf=True)
+    axis = check_axis(axis, x.ndim)
+    if x.shape[axis] == 0:
+        raise ValueError(f"x must have at least one entry along axis {axis} (the softmax sums over it), "
+                         f"got shape {x.shape}")
+    return x, axis
+
+
+def check_distributions(weights, axis):
+    """Rows of probabilities along ``axis``: non-negative, each summing to 1 (or all 0)."""
+    w = check_array(weights, "weights")
+    axis = check_axis(axis, w.ndim)
+    if (w < 0).any():
+        raise ValueError(f"weights must be non-negative (probabilities), got a minimum of {w.min():.3g}")
+    total = w.sum(axis=axis)
+    # A sum of n rounded probabilities is off by at most n eps of the dtype; 8 n eps leaves room.
+    tol = 8 * max(w.shape[axis], 1) * np.finfo(w.dtype).eps
+    bad = (np.abs(total - 1) > tol) & (total != 0)
+    if bad.any():
+        raise ValueError(f"weights must sum to 1 along axis {axis} (or be all 0), "
+                         f"got a row summing to {total[bad].flat[0]:.6g}")
+    return w, axis

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import erf
 
-from ._checks import as_float_array
+from ._checks import check_array
 
 
 def relu(x) -> np.ndarray:
     """``max(0, x)`` element-wise; same shape and dtype as ``x``."""
-    x = as_float_array(x, "x", min_ndim=0)
+    x = check_array(x, "x", min_ndim=0)
     return np.maximum(x, x.dtype.type(0))
 
 
@@ -20,6 +20,6 @@ def gelu(x) -> np.ndarray:
     The tanh approximation differs by up to ~1e-3; this is the erf form.
     Same shape and dtype as ``x``.
     """
-    x = as_float_array(x, "x", min_ndim=0)
-    half = x.dtype.type(0.5)
-    return half * x * (1 + erf(x * x.dtype.type(1 / np.sqrt(2))))
+    x = check_array(x, "x", min_ndim=0)
+    z = x.astype(np.promote_types(x.dtype, np.float32))       # SciPy's erf has no float16 loop
+    return (0.5 * z * (1 + erf(z / 2 ** 0.5))).astype(x.dtype, copy=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, check_rng, positive_int
+from ._checks import check_rng, check_width, float_dtype, positive_float, positive_int
 from .feedforward import PositionwiseFeedForward
 from .multihead import MultiHeadAttention
 from .normalization import layer_norm
@@ -42,7 +42,8 @@ class TransformerEncoderBlock:
         if not isinstance(norm_first, bool):
             raise TypeError(f"norm_first must be True or False, got {norm_first!r}")
         self.norm_first = norm_first
-        self.eps = eps
+        self.eps = positive_float(eps, "eps")
+        dtype = float_dtype(dtype)
         self.attention = MultiHeadAttention(self.d_model, n_heads, rng=rng, dtype=dtype)
         self.feed_forward = PositionwiseFeedForward(self.d_model, self.d_ff, rng=rng,
                                                     activation=activation, dtype=dtype)
@@ -67,21 +68,11 @@ class TransformerEncoderBlock:
         ``mask`` and ``key_padding_mask`` are passed to the attention
         (True = may attend).
         """
-        x = as_float_array(x, "x", min_ndim=2)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {x.shape}")
-        if self.norm_first:
+        x = check_width(x, "x", self.d_model, min_ndim=2)                  # (..., n, d_model)
+        if self.norm_first:                                                # pre-LN
             attended, weights = self.attention(self._ln1(x), mask=mask, key_padding_mask=key_padding_mask)
-            z = _add(attended, x)                             # residual around attention
-            return _add(self.feed_forward(self._ln2(z)), z), weights
-        attended, weights = self.attention(x, mask=mask, key_padding_mask=key_padding_mask)
-        z = self._ln1(_add(attended, x))                      # add & norm
-        return self._ln2(_add(self.feed_forward(z), z)), weights   # add & norm
-
-
-def _add(fresh, other):
-    """``fresh + other``, written into ``fresh`` (a sub-layer's new output) when the dtype allows."""
-    if np.result_type(fresh, other) == fresh.dtype and fresh.shape == np.broadcast_shapes(fresh.shape, other.shape):
-        fresh += other
-        return fresh
-    return fresh + other
+            z = x + attended                                               # residual around attention
+            return z + self.feed_forward(self._ln2(z)), weights            # residual around the FFN
+        attended, weights = self.attention(x, mask=mask, key_padding_mask=key_padding_mask)   # post-LN
+        z = self._ln1(x + attended)                                        # add & norm
+        return self._ln2(z + self.feed_forward(z)), weights                # add & norm

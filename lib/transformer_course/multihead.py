@@ -15,11 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import (
-    as_float_array,
-    check_finite,
+    check_array,
+    check_attention_inputs,
     check_matrix,
     check_rng,
     check_vector,
+    float_dtype,
     positive_int,
 )
 from .attention import scaled_dot_product_attention
@@ -28,7 +29,7 @@ from .masks import combine_with_key_padding
 
 def split_heads(x, n_heads: int) -> np.ndarray:
     """``(..., n, d_model)`` -> ``(..., n_heads, n, d_head)``, d_head = d_model / n_heads."""
-    x = as_float_array(x, "x", min_ndim=2)
+    x = check_array(x, "x", min_ndim=2)
     n_heads = positive_int(n_heads, "n_heads")
     *lead, n, d_model = x.shape
     if d_model % n_heads:
@@ -42,7 +43,7 @@ def split_heads(x, n_heads: int) -> np.ndarray:
 
 def merge_heads(x) -> np.ndarray:
     """``(..., n_heads, n, d_head)`` -> ``(..., n, n_heads * d_head)``; inverse of :func:`split_heads`."""
-    x = as_float_array(x, "x", min_ndim=3)
+    x = check_array(x, "x", min_ndim=3)
     *lead, h, n, d_head = x.shape
     x = np.swapaxes(x, -2, -3)                   # (..., n, h, d_head)
     return x.reshape(*lead, n, h * d_head)       # (..., n, d_model)
@@ -73,6 +74,7 @@ class MultiHeadAttention:
             )
         self.d_head = self.d_model // self.n_heads
         rng = check_rng(rng)
+        dtype = float_dtype(dtype)
         # Xavier/Glorot uniform, as PyTorch initialises its in-projection.
         limit = np.sqrt(6.0 / (2 * self.d_model))
 
@@ -106,24 +108,12 @@ class MultiHeadAttention:
         return sum(a.size for a in arrays if a is not None)
 
     # -- forward ------------------------------------------------------------
-    @staticmethod
-    def _project(x, W, b):
-        # One 2-D product over every token of every sequence, (batch·n, d_model) @ W: a stack of
-        # small (n, d_model) products is several times slower.
-        y = x.reshape(-1, x.shape[-1]) @ W            # (batch·n, d_model)
-        if b is not None:
-            if np.result_type(y, b) == y.dtype:
-                y += b                                # in place: no second (batch·n, d_model) array
-            else:
-                y = y + b
-        return y.reshape(*x.shape[:-1], W.shape[-1])  # (..., n, d_model)
-
     def __call__(self, query, key=None, value=None, *, mask=None, key_padding_mask=None):
         """Attend from ``query`` to ``key``/``value`` (self-attention when they are omitted).
 
         Args:
             query: ``(..., n_q, d_model)``.
-            key, value: ``(..., n_k, d_model)``; default to ``query``.
+            key, value: ``(..., n_k, d_model)``, ``n_k >= 1``; default to ``query``.
             mask: optional boolean (True = may attend) or additive float mask
                 broadcastable to ``(..., n_heads, n_q, n_k)``, e.g. ``(n_q, n_k)``.
             key_padding_mask: optional boolean ``(..., n_k)``, True for real
@@ -133,25 +123,16 @@ class MultiHeadAttention:
             ``(output, weights)``: ``(..., n_q, d_model)`` and per-head weights
             ``(..., n_heads, n_q, n_k)``.
         """
-        query = as_float_array(query, "query", min_ndim=2)
-        key = query if key is None else as_float_array(key, "key", min_ndim=2)
-        value = key if value is None else as_float_array(value, "value", min_ndim=2)
-        for name, arr in (("query", query), ("key", key), ("value", value)):
-            if arr.shape[-1] != self.d_model:
-                raise ValueError(
-                    f"{name} must have last dimension d_model={self.d_model}, got shape {arr.shape}"
-                )
-            if (name == "key" and arr is query) or (name == "value" and (arr is key or arr is query)):
-                continue                                  # self-attention: the same array, checked once
-            check_finite(arr, name)
-        if key.shape != value.shape:
-            raise ValueError(f"key and value must have the same shape, got {key.shape} and {value.shape}")
-
-        q = split_heads(self._project(query, self.W_Q, self.b_Q), self.n_heads)  # (..., h, n_q, d_head)
-        k = split_heads(self._project(key, self.W_K, self.b_K), self.n_heads)    # (..., h, n_k, d_head)
-        v = split_heads(self._project(value, self.W_V, self.b_V), self.n_heads)  # (..., h, n_k, d_head)
-
-        combined = combine_with_key_padding(mask, key_padding_mask, key.shape)
+        query, key, value = check_attention_inputs(query, key, value, self.d_model)
+        q = split_heads(query @ self.W_Q + _zero_if_none(self.b_Q), self.n_heads)  # (..., h, n_q, d_head)
+        k = split_heads(key @ self.W_K + _zero_if_none(self.b_K), self.n_heads)    # (..., h, n_k, d_head)
+        v = split_heads(value @ self.W_V + _zero_if_none(self.b_V), self.n_heads)  # (..., h, n_k, d_head)
+        combined = combine_with_key_padding(mask, key_padding_mask, key.shape)   # (..., 1|h, n_q|1, n_k)
         heads, weights = scaled_dot_product_attention(q, k, v, mask=combined)  # (..., h, n_q, d_head)
         concat = merge_heads(heads)                                            # (..., n_q, d_model)
-        return self._project(concat, self.W_O, self.b_O), weights
+        return concat @ self.W_O + _zero_if_none(self.b_O), weights            # (..., n_q, d_model)
+
+
+def _zero_if_none(bias):
+    """A projection without a bias adds 0."""
+    return 0 if bias is None else bias

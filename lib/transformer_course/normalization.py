@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, check_finite, check_vector, describe
+from ._checks import check_array, check_vector, positive_float
 
 
 def layer_norm(x, gamma=None, beta=None, eps: float = 1e-5) -> np.ndarray:
     """Normalise every vector along the last axis to mean 0 and variance 1, then scale and shift.
 
     Args:
-        x: ``(..., d)``.
+        x: ``(..., d)``, ``d >= 1``.
         gamma: scale ``(d,)``; default ones.
         beta: shift ``(d,)``; default zeros.
         eps: added to the variance (PyTorch's default 1e-5; BERT uses 1e-12).
@@ -24,10 +24,8 @@ def layer_norm(x, gamma=None, beta=None, eps: float = 1e-5) -> np.ndarray:
     Returns:
         ``(..., d)``, same dtype as ``x``.
     """
-    x = as_float_array(x, "x", min_ndim=1)
-    check_finite(x, "x")
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps <= 0:
-        raise ValueError(f"eps must be a positive number, got {describe(eps)}")
+    x = check_array(x, "x", nonempty=(-1,))
+    eps = positive_float(eps, "eps")
     d = x.shape[-1]
     mean = x.mean(axis=-1, keepdims=True)
     centred = x - mean

@@ -39,7 +39,6 @@ Quick use::
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
 import sys
@@ -48,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._checks import as_float_array, describe
+from ._checks import check_array, describe
 from .encoder import TransformerEncoderBlock
 from .normalization import layer_norm
 
@@ -210,7 +209,11 @@ def tokenize(tokenizer, sentences) -> TokenBatch:
     """Split ``sentences`` (a list of strings) and pad them to the longest: a :class:`TokenBatch`."""
     if isinstance(sentences, str):
         raise TypeError("sentences must be a list of strings; wrap a single sentence in a list")
-    encodings = tokenizer.encode_batch(list(sentences))
+    sentences = list(sentences)
+    for i, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise TypeError(f"sentences[{i}] must be a string, got {describe(sentence)}")
+    encodings = tokenizer.encode_batch(sentences)
     as_array = lambda field: np.array([getattr(e, field) for e in encodings], dtype=np.int64)  # noqa: E731
     return TokenBatch(as_array("ids"), as_array("attention_mask"), as_array("type_ids"),
                       [list(e.tokens) for e in encodings])
@@ -227,15 +230,24 @@ def embed_tokens(input_ids, token_type_ids, word, position, token_type, gamma, b
     gamma, beta ``(d,)``; eps: the layer norm's epsilon.
     Returns ``(batch, n, d)`` in the dtype of ``word``.
     """
-    input_ids = np.asarray(input_ids)
-    token_type_ids = np.asarray(token_type_ids)
+    input_ids = check_ids(input_ids, "input_ids", len(word))
+    token_type_ids = check_ids(token_type_ids, "token_type_ids", len(token_type))
     n = input_ids.shape[-1]
     if n > position.shape[0]:
-        raise ValueError(f"{n} tokens, but the model has only {position.shape[0]} positions")
-    x = word[input_ids]                                   # (batch, n, d), a fresh array
-    x += position[:n]                                     # (n, d) broadcast over the batch
-    x += token_type[token_type_ids]                       # (batch, n, d)
+        raise ValueError(f"input_ids has {n} tokens, but the model has only {position.shape[0]} positions")
+    x = word[input_ids] + position[:n] + token_type[token_type_ids]     # (batch, n, d)
     return layer_norm(x, gamma, beta, eps)
+
+
+def check_ids(ids, name: str, vocab_size: int) -> np.ndarray:
+    """Integer token ids, each in ``0 .. vocab_size - 1`` (NumPy would wrap -1 round to the last row)."""
+    ids = np.asarray(ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integers, got {describe(ids)}")
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        bad = ids[(ids < 0) | (ids >= vocab_size)].flat[0]
+        raise ValueError(f"{name} must lie in 0..{vocab_size - 1} (the table has {vocab_size} rows), got {bad}")
+    return ids
 
 
 def block_from_weights(weights, layer: int, n_heads: int, eps: float, dtype=None) -> TransformerEncoderBlock:
@@ -266,7 +278,7 @@ def encoder_layer(x, attention_mask, weights, layer: int, n_heads: int, eps: flo
     x: ``(batch, n, d)``; attention_mask: ``(batch, n)``, 1 (or True) for real tokens, 0 for padding.
     Returns ``(states (batch, n, d), weights (batch, n_heads, n, n))``; padded keys get weight 0.
     """
-    x = as_float_array(x, "x", min_ndim=2)
+    x = check_array(x, "x", min_ndim=2)
     block = block_from_weights(weights, layer, n_heads, eps, dtype=x.dtype)
     return block(x, key_padding_mask=np.asarray(attention_mask) != 0)
 
@@ -275,7 +287,7 @@ def mean_pool(states, attention_mask) -> np.ndarray:
     """Mask-weighted mean over the tokens: ``(batch, n, d), (batch, n) -> (batch, d)``.
 
     Padding contributes nothing and is not counted (sentence-transformers' mean pooling)."""
-    states = as_float_array(states, "states", min_ndim=2)
+    states = check_array(states, "states", min_ndim=2)
     mask = np.asarray(attention_mask).astype(states.dtype)        # (batch, n)
     total = np.einsum("...nd,...n->...d", states, mask)           # (batch, d)
     count = np.maximum(mask.sum(axis=-1, keepdims=True), 1e-9)    # (batch, 1), as sentence-transformers
@@ -284,7 +296,7 @@ def mean_pool(states, attention_mask) -> np.ndarray:
 
 def l2_normalize(x, eps: float = 1e-12) -> np.ndarray:
     """Every row divided by its Euclidean norm (at least ``eps``), as ``torch.nn.functional.normalize``."""
-    x = as_float_array(x, "x", min_ndim=1)
+    x = check_array(x, "x")
     norm = np.linalg.norm(x, axis=-1, keepdims=True)
     return x / np.maximum(norm, x.dtype.type(eps))
 
@@ -303,7 +315,7 @@ def pattern_score(weights, target, query_mask) -> np.ndarray:
     Returns ``(layers, heads)``: the weight that lands on target keys, summed over the keys of a
     query and averaged over every counted query of every sentence.
     """
-    w = as_float_array(weights, "weights", min_ndim=5)
+    w = check_array(weights, "weights", min_ndim=5)
     target = np.asarray(target, dtype=bool)
     query_mask = np.asarray(query_mask, dtype=bool)
     if target.shape != w.shape[1:2] + w.shape[-2:] or query_mask.shape != w.shape[1:2] + w.shape[-2:-1]:
@@ -360,59 +372,36 @@ class SentenceEncoder:
             raise ValueError("this SentenceEncoder has no tokenizer; pass input_ids to token_states()")
         return tokenize(self.tokenizer, sentences)
 
-    def token_states(self, input_ids, attention_mask=None, token_type_ids=None, *, return_weights=False,
-                     threads=None):
+    def token_states(self, input_ids, attention_mask=None, token_type_ids=None, *, return_weights=False):
         """The last layer's token vectors ``(batch, n, d)`` of a padded batch.
 
+        input_ids: ``(batch, n)`` integers in ``0 .. vocab_size - 1``.
         attention_mask: ``(batch, n)``, 1 for real tokens (default: all real).
+        token_type_ids: ``(batch, n)`` (default: all 0).
         With ``return_weights=True`` also the attention weights, one ``(batch, heads, n, n)`` per layer.
-        threads: how many parts of the batch run at once (default: as many as OpenBLAS has threads).
-            Each part goes through the same blocks in its own Python thread, with OpenBLAS held at one
-            thread meanwhile, so the element-wise steps (GELU, layer norms, softmax) use every core
-            too, not only the matrix products. Sentences never interact, so the result is the same.
         """
-        input_ids = np.atleast_2d(np.asarray(input_ids))
-        if not np.issubdtype(input_ids.dtype, np.integer):
-            raise TypeError(f"input_ids must be integers, got {describe(input_ids)}")
-        if attention_mask is None:
-            attention_mask = np.ones(input_ids.shape, dtype=bool)
-        if token_type_ids is None:
-            token_type_ids = np.zeros(input_ids.shape, dtype=np.int64)
-        real = np.asarray(attention_mask).reshape(input_ids.shape) != 0   # (batch, n) key padding mask
-        token_type_ids = np.asarray(token_type_ids).reshape(input_ids.shape)
-        try:        # OpenBLAS thread control, shared with fast_attention (a failed import: one part)
-            from .fast_attention import _blas_pinned, _effective_threads, _executor
-        except ImportError:  # pragma: no cover
-            threads = 1
-        else:
-            threads = min(_effective_threads(threads), len(input_ids))
-        if threads <= 1:
-            x, all_weights = self._forward(input_ids, real, token_type_ids, return_weights)
-        else:
-            parts = np.array_split(np.arange(len(input_ids)), threads)        # contiguous sentences
-            with _blas_pinned(threads):
-                pool = _executor(threads - 1)
-                futures = [pool.submit(self._forward, input_ids[p], real[p], token_type_ids[p], return_weights)
-                           for p in parts[1:]]
-                try:                                                          # the caller does part 0
-                    first = self._forward(input_ids[parts[0]], real[parts[0]], token_type_ids[parts[0]],
-                                          return_weights)
-                finally:
-                    concurrent.futures.wait(futures)                          # never leave a part running
-                results = [first] + [f.result() for f in futures]
-            x = np.concatenate([r[0] for r in results])                       # (batch, n, d)
-            all_weights = [np.concatenate([r[1][layer] for r in results]) for layer in range(len(results[0][1]))]
-        return (x, all_weights) if return_weights else x
-
-    def _forward(self, input_ids, real, token_type_ids, return_weights):
+        input_ids, real, token_type_ids = self._check_batch(input_ids, attention_mask, token_type_ids)
         x = embed_tokens(input_ids, token_type_ids, self.word, self.position, self.token_type,
                          self.emb_gamma, self.emb_beta, self.config.eps)  # (batch, n, d)
         all_weights = []
         for block in self.blocks:
             x, w = block(x, key_padding_mask=real)                        # the course's block
-            if return_weights:
-                all_weights.append(w)
-        return x, all_weights
+            all_weights.append(w)                                         # (batch, heads, n, n)
+        return (x, all_weights) if return_weights else x
+
+    def _check_batch(self, input_ids, attention_mask, token_type_ids):
+        """``(input_ids, real, token_type_ids)``, each ``(batch, n)``; ``real`` boolean."""
+        input_ids = np.atleast_2d(check_ids(input_ids, "input_ids", len(self.word)))
+        if attention_mask is None:
+            attention_mask = np.ones(input_ids.shape, dtype=bool)
+        if token_type_ids is None:
+            token_type_ids = np.zeros(input_ids.shape, dtype=np.int64)
+        for name, arr in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            if np.size(arr) != input_ids.size:
+                raise ValueError(f"{name} must have the shape of input_ids {input_ids.shape}, "
+                                 f"got {describe(np.asarray(arr))}")
+        real = np.asarray(attention_mask).reshape(input_ids.shape) != 0   # (batch, n) key padding mask
+        return input_ids, real, np.asarray(token_type_ids).reshape(input_ids.shape)
 
     def encode(self, sentences, *, normalize: bool = True) -> np.ndarray:
         """Sentence embeddings ``(len(sentences), d)``: unit vectors (cosine similarity = dot product)."""

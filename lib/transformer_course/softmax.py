@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, check_axis, check_finite
+from ._checks import check_array, check_distributions, check_scores
 
 
 def softmax(x, axis: int = -1) -> np.ndarray:
     """Numerically stable softmax along ``axis``.
 
     Args:
-        x: scores, any shape ``(..., n)``; ``-inf`` marks an entry that must get
-            weight 0 (a masked key). NaN and ``+inf`` are refused.
+        x: scores, any shape ``(..., n)`` with ``n >= 1``; ``-inf`` marks an entry that
+            must get weight 0 (a masked key). NaN and ``+inf`` are refused.
         axis: the axis that sums to one (default: the last).
 
     Returns:
@@ -26,9 +26,7 @@ def softmax(x, axis: int = -1) -> np.ndarray:
         ``axis`` is non-negative and sums to 1 -- except a slice whose entries
         are all ``-inf`` (everything masked), which is all zeros, never NaN.
     """
-    x = as_float_array(x, "x", min_ndim=1)
-    axis = check_axis(axis, x.ndim)
-    check_finite(x, "x", allow_neg_inf=True)
+    x, axis = check_scores(x, axis)
     row_max = np.max(x, axis=axis, keepdims=True)
     # A fully masked slice has max -inf; shift it by 0 so exp gives exact zeros.
     row_max = np.where(np.isneginf(row_max), 0.0, row_max).astype(x.dtype, copy=False)
@@ -47,8 +45,7 @@ def softmax_jacobian(p) -> np.ndarray:
         ``(..., n, n)``; ``J[..., i, j] = d softmax_i / d x_j``. Its norm goes to 0 as
         ``p`` approaches one-hot, which is how a saturated softmax stops gradients.
     """
-    p = as_float_array(p, "p", min_ndim=1)
-    check_finite(p, "p")
+    p = check_array(p, "p")
     n = p.shape[-1]
     # (..., n, 1) * (n, n) - (..., n, 1) * (..., 1, n) -> (..., n, n)
     return p[..., :, None] * np.eye(n, dtype=p.dtype) - p[..., :, None] * p[..., None, :]
@@ -58,16 +55,14 @@ def attention_entropy(weights, axis: int = -1) -> np.ndarray:
     """Entropy in nats of each distribution along ``axis``, with ``0 ln 0 = 0`` exactly.
 
     Args:
-        weights: ``(..., n)`` non-negative rows summing to 1 (attention weights).
+        weights: ``(..., n)`` non-negative rows summing to 1 (attention weights); a row of
+            zeros (a query whose keys are all masked) is accepted and has entropy 0.
         axis: the axis that holds each distribution.
 
     Returns:
         Array of ``weights``' shape without ``axis``: ``ln n`` for a uniform row, 0 for one-hot.
     """
-    w = as_float_array(weights, "weights", min_ndim=1)
-    axis = check_axis(axis, w.ndim)
-    check_finite(w, "weights")
-    if (w < 0).any():
-        raise ValueError("weights must be non-negative (probabilities)")
+    w, axis = check_distributions(weights, axis)
     safe = np.where(w > 0, w, 1)                   # 0 * ln 1 = 0 where the weight is 0
     return -np.sum(w * np.log(safe), axis=axis)
+

@@ -1,0 +1,150 @@
+"""The cell runner: the only grader code that runs INSIDE the sandbox.
+
+It executes a rebuilt submission cell by cell in one IPython InteractiveShell
+(no Jupyter kernel, no ZMQ, no TCP port) and writes control lines between the
+cells' outputs on its stdout, which the trusted supervisor outside the sandbox
+reads through a pipe:
+
+    \\n\\x1e<nonce> <event> <json>\\n
+
+Nothing here is trusted. The student's code runs in this very process and can
+rewrite anything in it (this file included, in memory): the supervisor uses the
+control lines only to attribute output to cells and to time cells, never to
+award points. Points come from the arrays that the hidden tests export to
+/exports and that the supervisor compares, after this process is dead, with
+references it computes itself.
+
+Only the standard library and IPython are used here; the file is copied into
+the sandbox, run with the course's virtual environment, as an unprivileged
+user, in a private mount/network/PID namespace (see grader/trusted/sandbox.py).
+"""
+
+import gc
+import json
+import os
+import signal
+import sys
+import time
+import warnings
+
+
+
+class CellTimeout(BaseException):
+    """Raised in a cell that ran longer than the per-cell time limit."""
+
+
+def main(job_file: str = "/grading/job.json") -> None:
+    with open(job_file, encoding="utf-8") as fh:
+        job = json.load(fh)
+    nonce = job["nonce"]
+    timeout = float(job["cell_timeout"])
+    my_pid = os.getpid()
+    # PID 1 of a private PID namespace: kill(-1) reaches only the submission's own processes.
+    in_pid_namespace = bool(job.get("pid_namespace")) and os.getpid() == 1
+
+    def control(event, payload=None):
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 -- a student may have replaced the stream
+                pass
+        line = "\n\x1e%s %s %s\n" % (nonce, event, json.dumps(payload or {}))
+        os.write(1, line.encode())
+
+    for path in job.get("sys_path", []):
+        sys.path.insert(0, path)
+
+    # Warnings a headless run produces on every plot: noise, not the student's doing.
+    warnings.filterwarnings("ignore", message=".*non-interactive.*")
+    warnings.filterwarnings("ignore", message=".*FigureCanvasAgg.*")
+
+    from traitlets.config import Config
+    from IPython.core.interactiveshell import InteractiveShell
+
+    cfg = Config()
+    cfg.HistoryManager.enabled = False
+    cfg.InteractiveShell.colors = "nocolor"
+    cfg.InteractiveShell.xmode = "Context"
+    t0 = time.monotonic()
+    shell = InteractiveShell.instance(config=cfg)
+    if job.get("timing"):
+        os.write(1, f"timing: shell {time.monotonic() - t0:.3f} s\n".encode())
+
+    def on_alarm(signum, frame):
+        raise CellTimeout(f"cell ran longer than {timeout:g} s")
+
+    def describe(exc):
+        if exc is None:
+            return None
+        try:
+            text = str(exc)
+        except Exception:  # noqa: BLE001
+            text = "<unprintable>"
+        return {"ename": type(exc).__name__, "evalue": text[:500]}
+
+    def tidy(collect=False):
+        """Between cells: stray processes, zombies, figures, the last traceback's frames."""
+        if os.getpid() != my_pid:          # a forked child that ran on: stop it here
+            os._exit(0)
+        if in_pid_namespace:
+            try:
+                os.kill(-1, signal.SIGKILL)  # inside our own PID namespace only
+            except OSError:
+                pass
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is not None:
+            try:
+                plt.close("all")
+            except Exception:  # noqa: BLE001
+                pass
+        for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+            if hasattr(sys, name):
+                try:
+                    setattr(sys, name, None)
+                except Exception:  # noqa: BLE001
+                    pass
+        if collect:                          # after a MemoryError: free what the failed cell held
+            gc.collect()
+
+    # A forked copy of this process runs at the lowest priority, so that a fork bomb cannot starve
+    # the cells (the copies are killed after every cell anyway, see tidy()).
+    os.register_at_fork(after_in_child=lambda: os.nice(19))
+
+    control("ready", {"pid": my_pid})
+    for cell in job["cells"]:
+        index = cell["index"]
+        control("start", {"cell": index})
+        for number, chunk in enumerate(cell["chunks"]):
+            control("chunk", {"cell": index, "chunk": number, "hidden": bool(chunk.get("hidden"))})
+            started = time.monotonic()
+            error = None
+            signal.signal(signal.SIGALRM, on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+            try:
+                result = shell.run_cell(chunk["code"], store_history=False)
+                error = result.error_before_exec or result.error_in_exec
+            except BaseException as exc:  # noqa: BLE001 -- CellTimeout outside the user's code
+                error = exc
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            outcome = {"cell": index, "chunk": number, "seconds": round(time.monotonic() - started, 3),
+                       "error": describe(error), "timeout": isinstance(error, CellTimeout)}
+            result = error = None
+            shell.last_execution_result = None
+            tidy(collect=bool(outcome["error"]) and outcome["error"]["ename"] == "MemoryError")
+            control("result", outcome)
+        control("end", {"cell": index})
+    control("done", {})
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "/grading/job.json")

@@ -1,0 +1,427 @@
+"""The copy of the course's packages that a sandboxed run of notebook NN imports.
+
+Later notebooks import what earlier ones built from the course package, so the
+package must be importable while grading -- but nothing in it may compute what
+THIS notebook asks the student to write. Blocking functions by name cannot be
+complete (``flash_attention`` computes softmax: attention with zero scores, the
+input as an additive mask and V = I), so the copy follows one rule that holds for
+any notebook added later, whatever its modules are called:
+
+1. **Only what the notebook imports.** The copy holds the package modules that the
+   SOURCE notebook of NN imports (``from transformer_course import x``,
+   ``from transformer_course.m import y``, ``import transformer_course as tc`` with
+   the ``tc.x`` it uses), and the modules those import in turn -- nothing else. A
+   module that notebook NN never imports (fast attention for notebook 01, a later
+   notebook's module for an earlier one) does not exist in NN's sandbox; the
+   package's ``__init__`` exports only the names whose module is there, and names
+   the notebook for everything else.
+2. **Not what the notebook asks for.** Within that copy, every public function or
+   class that this notebook's hidden cases use as their reference, and every one
+   named like a function the notebook's solution cells define, keeps its name but
+   raises ``NotImplementedError`` -- except what an EARLIER notebook had the student
+   build, what NN's own solution cells call (both are given to the student), and what
+   those functions need in turn (read from their source): the tools a solution uses work.
+   Other cells that call this notebook's reference (a comparison cell) fail while grading,
+   at no cost in points.
+   Private helpers (``_checks``, names with a leading underscore) are never blocked:
+   an argument check is not an answer.
+3. ``transformer_course/grading`` is replaced by grader/sandboxed/grading_module.py
+   (export only); the copy is byte-compiled, read-only, and the only course code the
+   sandbox can see (the repository is not mounted there).
+
+Every top-level package in the course's ``lib/`` folder is course code for this rule
+(a module moved into a package of its own is treated the same).
+"""
+
+from __future__ import annotations
+
+import ast
+import compileall
+import inspect
+import re
+import shutil
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SANDBOX_GRADING = HERE.parent / "sandboxed" / "grading_module.py"
+
+STUB = "raise NotImplementedError({msg!r})"
+MAGIC = re.compile(r"^[ \t]*[%!].*$", re.M)
+
+
+# --------------------------------------------------------------------------- the course's modules
+class CourseCode:
+    """The modules of every package in ``lib/`` (by dotted name), read as source, never imported."""
+
+    def __init__(self, lib_dir: Path):
+        self.lib = Path(lib_dir)
+        self.files: dict[str, Path] = {}
+        self.packages = sorted(p.name for p in self.lib.iterdir()
+                               if p.is_dir() and (p / "__init__.py").exists() and p.name.isidentifier())
+        for pkg in self.packages:
+            for src in sorted((self.lib / pkg).rglob("*.py")):
+                rel = src.relative_to(self.lib)
+                if "__pycache__" in rel.parts or any(not part.isidentifier() for part in rel.with_suffix("").parts):
+                    continue
+                name = ".".join(rel.with_suffix("").parts)
+                self.files[name[: -len(".__init__")] if name.endswith(".__init__") else name] = src
+        self._trees: dict[str, ast.Module] = {}
+
+    def tree(self, module: str) -> ast.Module:
+        if module not in self._trees:
+            self._trees[module] = ast.parse(self.files[module].read_text(encoding="utf-8"))
+        return self._trees[module]
+
+    def is_package(self, module: str) -> bool:
+        return self.files[module].name == "__init__.py"
+
+    def exports(self, package: str) -> dict[str, str]:
+        """Names a package's __init__ re-exports -> the module that defines them."""
+        out = {}
+        for node in self.tree(package).body:
+            if isinstance(node, ast.ImportFrom):
+                target = self._resolve(package, node, package_init=True)
+                if target in self.files:
+                    for alias in node.names:
+                        out[alias.asname or alias.name] = self.source_of(target, alias.name)
+        return out
+
+    def source_of(self, target: str, name: str) -> str:
+        """The module that ``from target import name`` reads: the submodule ``name``, or ``target``."""
+        return f"{target}.{name}" if f"{target}.{name}" in self.files else target
+
+    def _resolve(self, module: str, node: ast.ImportFrom, package_init: bool = False) -> str | None:
+        if node.level:
+            base = module.split(".")
+            if not (package_init or self.is_package(module)):
+                base = base[:-1]
+            base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+            return ".".join(base + ([node.module] if node.module else []))
+        return node.module
+
+    def imports_of(self, module: str) -> set[str]:
+        """The course modules that ``module`` imports (its own package's __init__ excluded)."""
+        found = set()
+        for node in ast.walk(self.tree(module)):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    found |= self._course_modules(alias.name)
+            elif isinstance(node, ast.ImportFrom):
+                target = self._resolve(module, node)
+                if not target:
+                    continue
+                found |= self._course_modules(target)
+                for alias in node.names:
+                    if f"{target}.{alias.name}" in self.files:
+                        found.add(f"{target}.{alias.name}")
+        return {m for m in found if m not in self.packages}
+
+    def _course_modules(self, dotted: str) -> set[str]:
+        parts = dotted.split(".")
+        return {".".join(parts[:i]) for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in self.files}
+
+    def closure(self, modules: set[str]) -> set[str]:
+        todo, seen = list(modules), set()
+        while todo:
+            m = todo.pop()
+            if m in seen or m not in self.files or _is_grading(m):
+                continue
+            seen.add(m)
+            todo.extend(self.imports_of(m))
+        return seen
+
+
+def _code_cells(assignment, kinds=None):
+    for cell in assignment.cells:
+        if cell.cell_type == "code" and (kinds is None or cell.kind in kinds):
+            try:
+                yield ast.parse(MAGIC.sub("", cell.source))
+            except (SyntaxError, ValueError):
+                continue
+
+
+def notebook_imports(assignment, code: CourseCode) -> tuple[set[str], dict[str, str], dict[str, str]]:
+    """The course modules the SOURCE notebook imports; the course names it binds -> their module;
+    its aliases of course packages (``tc`` -> ``transformer_course``)."""
+    modules: set[str] = set()
+    names: dict[str, str] = {}
+    aliases: dict[str, str] = {}       # local alias -> package (import transformer_course as tc)
+    trees = list(_code_cells(assignment))
+
+    def name_in(package: str, attr: str, local: str | None = None) -> None:
+        if f"{package}.{attr}" in code.files:
+            modules.add(f"{package}.{attr}")
+        elif attr in code.exports(package):
+            modules.add(code.exports(package)[attr])
+            names[local or attr] = code.exports(package)[attr]
+
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    top = alias.name.split(".")[0]
+                    if top in code.packages:
+                        modules |= {m for m in code._course_modules(alias.name) if m not in code.packages}
+                        if alias.asname and alias.name in code.packages:
+                            aliases[alias.asname] = alias.name
+                        elif not alias.asname:
+                            aliases[top] = top
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module \
+                    and node.module.split(".")[0] in code.packages:
+                if node.module in code.packages:
+                    for alias in node.names:
+                        if alias.name == "*":
+                            for attr in code.exports(node.module):
+                                name_in(node.module, attr)
+                        else:
+                            name_in(node.module, alias.name, alias.asname)
+                elif node.module in code.files:
+                    modules.add(node.module)
+                    for alias in node.names:
+                        names[alias.asname or alias.name] = node.module
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+                name_in(aliases[node.value.id], node.attr)
+    return {m for m in modules if not _is_grading(m)}, names, aliases
+
+
+def solution_uses(assignment, names: dict[str, str], aliases: dict[str, str]) -> set[str]:
+    """Course names that the notebook's own solution cells use (given to the student)."""
+    used = set()
+    for tree in _code_cells(assignment, kinds=("solution", "written")):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in names:
+                used.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+                used.add(node.attr)
+    return used
+
+
+def _resolve_name(code: CourseCode, names: dict[str, str], aliases: dict[str, str], name: str):
+    """(module, name) of a course name the notebook uses (through an import or ``tc.name``)."""
+    module = names.get(name)
+    if module is None:
+        for package in set(aliases.values()):
+            module = code.exports(package).get(name) if package in code.packages else None
+            if module:
+                break
+    return (module, name) if module else None
+
+
+def calls(code: CourseCode, module: str, name: str) -> set[tuple[str, str]]:
+    """The course functions/classes that ``module.name``'s source refers to (read, not run)."""
+    tree = code.tree(module)
+    imported: dict[str, object] = {}          # local name -> (module, name) or a module's dotted name
+    defs = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            target = code._resolve(module, node)
+            if target not in code.files:
+                continue
+            for alias in node.names:
+                local = alias.asname or alias.name
+                if f"{target}.{alias.name}" in code.files:
+                    imported[local] = f"{target}.{alias.name}"
+                elif code.is_package(target) and alias.name in code.exports(target):
+                    imported[local] = (code.exports(target)[alias.name], alias.name)
+                else:
+                    imported[local] = (target, alias.name)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defs[node.name] = node
+    if name not in defs:
+        return set()
+    out = set()
+    for node in ast.walk(defs[name]):
+        if isinstance(node, ast.Name):
+            if node.id in defs and node.id != name:
+                out.add((module, node.id))
+            elif isinstance(imported.get(node.id), tuple):
+                out.add(imported[node.id])
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and isinstance(imported.get(node.value.id), str):
+            out.add((imported[node.value.id], node.attr))
+    return {(m, n) for m, n in out if m in code.files}
+
+
+def reached_from(code: CourseCode, start: set[tuple[str, str]], modules: set[str]) -> set[tuple[str, str]]:
+    """Every course function/class that ``start`` refers to, directly or not, within ``modules``."""
+    seen, todo = set(), [s for s in start if s[0] in modules]
+    while todo:
+        item = todo.pop()
+        if item in seen:
+            continue
+        seen.add(item)
+        todo.extend(c for c in calls(code, *item) if c[0] in modules and c not in seen)
+    return seen
+
+
+def _is_grading(module: str) -> bool:
+    parts = module.split(".")
+    return len(parts) > 1 and parts[1] == "grading"
+
+
+# --------------------------------------------------------------------------- what is blocked
+def reference_names(case_specs) -> set[tuple[str, str]]:
+    """(module, name) of the public course functions/classes that these cases' references call."""
+    found: set[tuple[str, str]] = set()
+
+    def visit(func, depth):
+        if depth > 4 or not isinstance(func, types.FunctionType):
+            return
+        code = func.__code__
+        names = set(code.co_names)
+        stack = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        while stack:
+            inner = stack.pop()
+            names |= set(inner.co_names)
+            stack.extend(c for c in inner.co_consts if isinstance(c, types.CodeType))
+        for name in names:
+            obj = func.__globals__.get(name)
+            if obj is None:
+                continue
+            module = getattr(obj, "__module__", "") or ""
+            if ".grading" in module:
+                # helpers defined next to the cases (e.g. _sdpa_ref) are followed, not blocked
+                if isinstance(obj, types.FunctionType):
+                    visit(obj, depth + 1)
+                continue
+            if (inspect.isfunction(obj) or inspect.isclass(obj)) and not _private(module, obj.__name__):
+                found.add((module, obj.__name__))
+
+    for spec in case_specs:
+        visit(spec.reference, 0)
+    return found
+
+
+def _private(module: str, name: str) -> bool:
+    return name.startswith("_") or any(part.startswith("_") for part in module.split("."))
+
+
+def _built_by(assignment, code: CourseCode) -> set[tuple[str, str]]:
+    """Public course functions/classes that an assignment has the student build."""
+    from transformer_course.grading import CASES
+
+    found = {(m, n) for m, n in reference_names([CASES[c] for c in assignment.case_ids if c in CASES])
+             if m in code.files}
+    solution_names = {n for names in assignment.solution_names.values() for n in names}
+    for module in code.files:
+        if _is_grading(module) or module.endswith("__main__"):
+            continue
+        for node in code.tree(module).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                    and node.name in solution_names and not _private(module, node.name):
+                found.add((module, node.name))
+    return found
+
+
+
+@dataclass
+class PackagePlan:
+    """What notebook NN's sandbox gets of the course's packages."""
+
+    modules: set[str]                                  # copied (with the packages' __init__)
+    blocked: set[tuple[str, str]]                      # (module, name) that raise NotImplementedError
+    absent: set[str] = field(default_factory=set)      # course modules left out
+    unavailable: set[str] = field(default_factory=set)  # names the packages export from left-out modules
+
+    @property
+    def blocked_names(self) -> set[str]:
+        return {name for _, name in self.blocked}
+
+
+def plan_for(assignment, lib_dir: Path, earlier=()) -> PackagePlan:
+    """The rule of the module docstring, applied to ``assignment`` (earlier notebooks: ``earlier``)."""
+    code = CourseCode(lib_dir)
+    imported, names, aliases = notebook_imports(assignment, code)
+    modules = code.closure(imported)
+    modules |= {p for p in code.packages if any(m == p or m.startswith(p + ".") for m in modules)}
+    for m in list(modules):                              # parents of nested modules
+        parts = m.split(".")
+        modules |= {".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in code.files}
+    blocked = _built_by(assignment, code)
+    for previous in earlier:
+        blocked -= _built_by(previous, code)
+    given = solution_uses(assignment, names, aliases)
+    blocked = {(m, n) for m, n in blocked if m in modules and n not in given}
+    # The tools the solution uses must work: what they need in turn (read from their source) is not blocked.
+    tools = {_resolve_name(code, names, aliases, n) for n in given}
+    blocked -= reached_from(code, {t for t in tools if t is not None and t not in blocked}, modules)
+    absent = {m for m in code.files if m not in modules and not _is_grading(m)}
+    unavailable = {name for pkg in code.packages for name, m in code.exports(pkg).items() if m in absent}
+    return PackagePlan(modules, blocked, absent, unavailable)
+
+
+def _stub_module(source: str, names: set[str], module: str) -> str:
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in names:
+            msg = (f"{module}.{node.name} is what this notebook asks you to write: the course's reference "
+                   f"implementation is not available while grading. Write your own.")
+            if isinstance(node, ast.ClassDef):
+                node.body = [ast.parse(f"def __init__(self, *args, **kwargs):\n    {STUB.format(msg=msg)}\n").body[0]]
+            else:
+                node.body = [ast.parse(STUB.format(msg=msg)).body[0]]
+            node.decorator_list = []
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
+def _package_init(code: CourseCode, package: str, modules: set[str], notebook: str) -> str:
+    """A package's __init__ with the re-exports of left-out modules removed, and a clear error for them."""
+    tree = code.tree(package)
+    body, dropped = [], []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            target = code._resolve(package, node, package_init=True)
+            if target in code.files:          # keep each name whose module is in the copy
+                keep = [a for a in node.names if code.source_of(target, a.name) in modules]
+                dropped.extend(a.asname or a.name for a in node.names if a not in keep)
+                if not keep:
+                    continue
+                node.names = keep
+        body.append(node)
+    kept = []
+    for node in body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets) \
+                and isinstance(node.value, (ast.List, ast.Tuple)):
+            node.value.elts = [e for e in node.value.elts
+                               if not (isinstance(e, ast.Constant) and e.value in dropped)]
+        kept.append(node)
+    tree.body = kept
+    tail = (f"\n\ndef __getattr__(name):\n"
+            f"    raise AttributeError(f'{package}.{{name}} is not available while grading {notebook}: '\n"
+            f"                         'only what this notebook imports is (grader/README.md)')\n")
+    return ast.unparse(ast.fix_missing_locations(tree)) + tail
+
+
+def build_sandbox_package(lib_dir: Path, dest: Path, plan: PackagePlan, notebook: str) -> Path:
+    """Write the sandbox's copy of the course packages under ``dest`` (the folder to put on sys.path)."""
+    code = CourseCode(lib_dir)
+    dest = Path(dest)
+    if dest.exists():
+        shutil.rmtree(dest)
+    by_module: dict[str, set[str]] = {}
+    for module, name in plan.blocked:
+        by_module.setdefault(module, set()).add(name)
+    for module in sorted(plan.modules):
+        src = code.files[module]
+        out = dest / src.relative_to(code.lib)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if code.is_package(module):
+            text = _package_init(code, module, plan.modules, notebook)
+        else:
+            text = src.read_text(encoding="utf-8")
+        if module in by_module:
+            text = _stub_module(text, by_module[module], module)
+        out.write_text(text, encoding="utf-8")
+    for package in code.packages:
+        if f"{package}.grading" in code.files and package in plan.modules:
+            grading = dest / package / "grading"
+            grading.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(SANDBOX_GRADING, grading / "__init__.py")
+    compileall.compile_dir(str(dest), quiet=2, force=True)
+    for path in [dest, *dest.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return dest

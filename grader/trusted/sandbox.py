@@ -1,0 +1,702 @@
+"""The sandbox a submission runs in, and the supervisor that watches it.
+
+Built from what a plain Linux machine has (no Docker engine): Linux namespaces,
+bind mounts, resource limits and an unprivileged user, set up by root. One
+"zygote" per worker (zygote.py: a clean process with NumPy, Matplotlib and
+IPython imported, and nothing of the course) forks for every submission a
+process that, before any student code runs:
+
+* enters new mount, network, PID, IPC and UTS namespaces; the network namespace
+  has only a loopback interface that is down: no network at all, 127.0.0.1 included;
+* builds a new root file system and pivots into it: a small read-only tmpfs with
+  /usr, /etc, the Python installation and the course's virtual environment
+  bind-mounted read-only (nosuid, nodev), /dev with null/zero/full/random/urandom
+  only, a fresh /proc (this PID namespace's processes only), /grading (the runner,
+  the job, the hidden cases' inputs; read-only), /pkg (the course package with this
+  notebook's reference functions stubbed out; read-only), and /submission, /exports
+  and /tmp from a per-job size-limited tmpfs. The repository, the gradebook,
+  submitted/, grades/, other students' jobs and the grader's own files are not in
+  this file system at all;
+* sets resource limits (address space, processes, CPU seconds, file size, open
+  files, no core dumps), drops the capability bounding set, switches to the
+  worker's unprivileged sandbox user (owned by this run alone, see SandboxUsers)
+  with no supplementary groups, sets no_new_privs, installs the seccomp filter
+  (seccomp.py), and replaces the environment (HOME in /tmp; none of the
+  instructor's variables);
+* then runs the cells (grader/sandboxed/runner.py) as PID 1 of its PID namespace: when it ends, or
+  is killed, every process the submission started dies with it.
+
+The supervisor (this module, trusted, outside) reads the merged stdout/stderr
+through a pipe with caps per cell, per line and in total, times every chunk
+(a soft limit enforced by the runner with SIGALRM, then a hard kill), kills the
+whole sandbox on a timeout or when the output exceeds the hard cap, and only
+once no process of the sandbox user is left reads what the run exported --
+regular files only, without following links, size-bounded.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pwd
+import stat as _stat
+import secrets
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+USER_PREFIX = "tcsandbox"    # not the tcgrader<N> of graders before run-owned users: those kill by uid
+
+
+@dataclass
+class Limits:
+    cell_timeout: float = 30.0        # soft: the cell is interrupted and the next one runs
+    grace: float = 3.0                # hard: no sign of life this long after the soft limit -> kill
+    startup_timeout: float = 60.0     # the runner must be ready within this
+    notebook_timeout: float = 600.0   # the whole run
+    memory_bytes: int = 2 << 30       # RLIMIT_AS
+    processes: int = 32               # RLIMIT_NPROC (threads count too), per sandbox user
+    cpu_seconds: int = 600            # RLIMIT_CPU
+    file_bytes: int = 64 << 20        # RLIMIT_FSIZE
+    open_files: int = 256             # RLIMIT_NOFILE
+    scratch_bytes: int = 512 << 20    # tmpfs for /work, /exports and /tmp together
+    cell_output_bytes: int = 20_000   # kept per cell for the feedback
+    line_chars: int = 1_000           # each kept line is cut to this
+    total_output_bytes: int = 200_000  # kept per notebook
+    hard_output_bytes: int = 64 << 20  # read from the pipe before the run is killed
+
+    def scaled_cpu(self) -> int:
+        return int(max(self.cpu_seconds, 10))
+
+
+# --------------------------------------------------------------------------- users
+LOCK_DIR = Path("/run/tc-grader")     # root-only: one lock file per sandbox user
+MAX_SLOTS = 512
+
+
+@dataclass
+class SandboxUsers:
+    """Unprivileged users that belong to THIS grading run alone, for as long as it holds them.
+
+    Slot n is the system user ``tcsandbox<n>`` (created with useradd when missing). A run takes
+    a slot by holding an exclusive lock on /run/tc-grader/slot-<n>.lock; other runs on the host
+    (another course, another instructor, a --student regrade) skip locked slots, so no two runs
+    share a uid: killing "every process of the sandbox uid" and the per-uid process limit then
+    concern this run only. The kernel drops the locks when the run ends, however it ends.
+    """
+
+    users: list[tuple[str, int, int]]
+    fds: list[int]
+
+    def release(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+def _lock_dir() -> Path:
+    LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = LOCK_DIR.lstat()
+    if not _stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise RuntimeError(f"{LOCK_DIR} must be a directory owned by root, not writable by others")
+    return LOCK_DIR
+
+
+def _ensure_user(name: str) -> tuple[str, int, int]:
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        with open(_lock_dir() / "useradd.lock", "w") as lock:        # one useradd at a time on the host
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                entry = pwd.getpwnam(name)
+            except KeyError:
+                subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
+                                "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin",
+                                "--comment", "course autograder sandbox", name],
+                               check=True, capture_output=True)
+                entry = pwd.getpwnam(name)
+    if entry.pw_uid == 0 or entry.pw_gid == 0:
+        raise RuntimeError(f"sandbox user {name} has uid or gid 0")
+    return name, entry.pw_uid, entry.pw_gid
+
+
+def allocate_users(count: int) -> SandboxUsers:
+    """``count`` sandbox users that no other grading run on this host uses while this run lives."""
+    folder = _lock_dir()
+    users, fds = [], []
+    for slot in range(MAX_SLOTS):
+        if len(users) == count:
+            break
+        fd = os.open(folder / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            user = _ensure_user(f"{USER_PREFIX}{slot}")
+            kill_user_processes(user[1])       # leftovers of a run that died: the slot is ours now
+        except BaseException:
+            os.close(fd)
+            raise
+        users.append(user)
+        fds.append(fd)
+    if len(users) < count:
+        for fd in fds:
+            os.close(fd)
+        raise RuntimeError(f"no free sandbox slot: {MAX_SLOTS} grading runs at once on this host?")
+    return SandboxUsers(users, fds)
+
+
+def processes_of(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as fh:
+                for line in fh:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            pids.append(int(entry))
+                        break
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return pids
+
+
+def kill_user_processes(uid: int, wait: float = 5.0) -> int:
+    """SIGKILL every process running as the sandbox uid; return how many were found."""
+    deadline = time.monotonic() + wait
+    found = 0
+    while True:
+        pids = processes_of(uid)
+        if not pids:
+            return found
+        found = max(found, len(pids))
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"processes of sandbox uid {uid} survive SIGKILL: {pids}")
+        time.sleep(0.02)
+
+
+# --------------------------------------------------------------------------- mounts
+def private_mount_namespace() -> bool:
+    """Move the grader into its own mount namespace, so that its per-job mounts vanish with it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    CLONE_NEWNS = 0x00020000
+    MS_REC, MS_PRIVATE = 0x4000, 1 << 18
+    if libc.unshare(CLONE_NEWNS) != 0:
+        return False
+    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False
+    return True
+
+
+def mount_tmpfs(path: Path, size: int, mode: str = "0755") -> None:
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode={mode},nosuid,nodev",
+                    "grader-scratch", str(path)], check=True, capture_output=True)
+
+
+def umount(path: Path) -> None:
+    subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
+
+
+def sandbox_problem() -> str | None:
+    """Why the sandbox cannot be built on this machine (None when it can)."""
+    if os.geteuid() != 0:
+        return ("the grader must run as root: it creates unprivileged sandbox users and "
+                "private namespaces (mount, network, PID) for every submission")
+    from . import seccomp
+
+    if not seccomp.supported():
+        return f"the sandbox's seccomp filter is defined for {', '.join(seccomp.ARCHES)} only, not {os.uname().machine}"
+    for tool in ("unshare", "mount", "umount", "useradd"):
+        if shutil.which(tool) is None:
+            return f"{tool} (util-linux / passwd) is not installed"
+    probe = subprocess.run(["unshare", "--mount", "--net", "--pid", "--fork", "true"], capture_output=True)
+    if probe.returncode != 0:
+        return "unshare --mount --net --pid failed: " + probe.stderr.decode(errors="replace").strip()
+    return None
+
+
+# --------------------------------------------------------------------------- running one job
+@dataclass
+class CellRun:
+    index: int
+    output: list[str] = field(default_factory=list)   # kept lines (visible chunks only)
+    kept_bytes: int = 0
+    dropped_bytes: int = 0
+    started: bool = False
+    ended: bool = False
+    chunks: list[dict] = field(default_factory=list)  # the runner's per-chunk results
+
+
+@dataclass
+class Execution:
+    status: str                       # ok | timeout | crashed | output-limit | sandbox-error | startup-timeout
+    exit_code: int | None
+    seconds: float
+    cells: dict[int, CellRun]
+    last_cell: int | None             # the cell running when the run ended abnormally
+    detail: str = ""
+    preamble: str = ""                # output before the runner was ready (sandbox set-up problems)
+    dropped_bytes: int = 0
+    total_bytes: int = 0
+
+
+class _Reader:
+    """Split the pipe into cells at the runner's control lines; keep bounded output per cell.
+
+    Markers are found with a byte search, so huge output (a 50 MB line, millions of
+    lines) costs a scan, not a Python loop per line, once a cell's share is full.
+    """
+
+    def __init__(self, nonce: str, limits: Limits):
+        self.prefix = f"\x1e{nonce} ".encode()
+        self.limits = limits
+        self.pending = b""
+        self.line = bytearray()
+        self.line_dropped = 0
+        self.cells: dict[int, CellRun] = {}
+        self.current: CellRun | None = None
+        self.hidden = False
+        self.preamble = bytearray()
+        self.events: list[tuple[str, dict]] = []
+        self.total = 0
+        self.kept_total = 0
+        self.dropped = 0
+
+    # -- bytes in
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        buf = self.pending + data if self.pending else data
+        pos = 0
+        keep = len(self.prefix) - 1
+        while True:
+            i = buf.find(self.prefix, pos)
+            if i < 0:
+                safe = max(pos, len(buf) - keep)
+                self._text(buf[pos:safe])
+                self.pending = bytes(buf[safe:])
+                return
+            self._text(buf[pos:i])
+            j = buf.find(b"\n", i)
+            if j < 0:
+                if len(buf) - i > 65536:                 # not a real control line: text
+                    self._text(buf[i:])
+                    self.pending = b""
+                else:
+                    self.pending = bytes(buf[i:])
+                return
+            self._control(buf[i + len(self.prefix):j])
+            pos = j + 1
+
+    def finish(self) -> None:
+        if self.pending:
+            self._text(self.pending)
+            self.pending = b""
+        self._end_line()
+
+    # -- text
+    def _full(self) -> bool:
+        cell = self.current
+        return (cell.kept_bytes >= self.limits.cell_output_bytes
+                or self.kept_total >= self.limits.total_output_bytes)
+
+    def _drop(self, n: int) -> None:
+        self.dropped += n
+        if self.current is not None:
+            self.current.dropped_bytes += n
+
+    def _text(self, data: bytes) -> None:
+        if not data:
+            return
+        if self.current is None:
+            if len(self.preamble) < 20_000:
+                self.preamble += data[:2000]
+            return
+        if self.hidden:                          # the hidden tests' own output is never shown
+            return
+        start, n = 0, len(data)
+        while start < n:
+            if self._full():
+                self._drop(n - start + len(self.line))
+                self.line = bytearray()
+                self.line_dropped = 0
+                return
+            nl = data.find(b"\n", start)
+            end = n if nl < 0 else nl
+            room = self.limits.line_chars * 4 - len(self.line)
+            if room > 0:
+                self.line += data[start:min(end, start + room)]
+            self.line_dropped += max(0, (end - start) - max(room, 0))
+            if nl < 0:
+                return
+            self._end_line(force=True)
+            start = nl + 1
+
+    def _end_line(self, force: bool = False) -> None:
+        if not force and not self.line and not self.line_dropped:
+            return
+        raw, lost = bytes(self.line), self.line_dropped
+        self.line = bytearray()
+        self.line_dropped = 0
+        if self.current is None or self.hidden:
+            return
+        text = raw.decode("utf-8", errors="replace")
+        if len(text) > self.limits.line_chars or lost:
+            text = text[: self.limits.line_chars] + f" [... line cut: {len(raw) + lost:,} bytes in total]"
+        size = len(text) + 1
+        cell = self.current
+        if cell.kept_bytes + size > self.limits.cell_output_bytes or \
+                self.kept_total + size > self.limits.total_output_bytes:
+            self._drop(len(raw) + lost + 1)
+            cell.kept_bytes = self.limits.cell_output_bytes
+            return
+        cell.output.append(text)
+        cell.kept_bytes += size
+        self.kept_total += size
+
+    # -- control lines
+    def _control(self, raw: bytes) -> None:
+        try:
+            event, _, payload = raw.decode().partition(" ")
+            payload = json.loads(payload) if payload else {}
+        except (ValueError, UnicodeDecodeError):
+            self._text(self.prefix + raw + b"\n")
+            return
+        self._end_line()
+        self.events.append((event, payload))
+        if event == "start":
+            index = int(payload["cell"])
+            self.current = self.cells.setdefault(index, CellRun(index))
+            self.current.started = True
+            self.hidden = False
+        elif event == "chunk":
+            self.hidden = bool(payload.get("hidden"))
+        elif event == "result" and self.current is not None:
+            self.current.chunks.append(payload)
+            self.hidden = False
+        elif event == "end" and self.current is not None:
+            self.current.ended = True
+            self.hidden = False
+
+
+def sandbox_env(venv: Path) -> dict:
+    """The student's whole environment: nothing of the instructor's."""
+    return {
+        "HOME": "/tmp/home", "USER": "student", "LOGNAME": "student", "LANG": "C.UTF-8",
+        "PATH": f"{venv}/bin:/usr/bin:/bin", "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/mpl",
+        "IPYTHONDIR": "/tmp/ipython", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": "/pkg",
+        "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+        "COURSE_GRADING_EXPORT": "/exports", "COURSE_GRADING_INPUTS": "/grading/inputs",
+    }
+
+
+class Zygote:
+    """One warm process per worker that forks a fresh sandbox per job (see zygote.py)."""
+
+    def __init__(self, run_dir: Path, slot: int, font_cache: Path | None = None, timeout: float = 180.0):
+        self.dir = Path(run_dir) / f"zygote-{slot}"
+        for sub in ("home", "mpl", "ipython"):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        if font_cache is not None and font_cache.exists():
+            shutil.copyfile(font_cache, self.dir / "mpl" / font_cache.name)
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": str(self.dir / "home"),
+               "MPLBACKEND": "Agg", "MPLCONFIGDIR": str(self.dir / "mpl"), "IPYTHONDIR": str(self.dir / "ipython"),
+               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "PYTHONDONTWRITEBYTECODE": "1"}
+        self.log = open(self.dir / "zygote.log", "wb")
+        self.proc = subprocess.Popen([sys.executable, "-I", str(HERE / "zygote.py"), str(theirs.fileno())],
+                                     pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        theirs.close()
+        self.ready = False
+        self.timeout = timeout
+
+    def wait_ready(self) -> None:
+        if self.ready:
+            return
+        self.sock.settimeout(self.timeout)
+        try:
+            msg = self.sock.recv(4096)
+        except socket.timeout:
+            msg = b""
+        self.sock.settimeout(None)
+        if not msg or "ready" not in json.loads(msg):
+            self.close()
+            log = (self.dir / "zygote.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the sandbox zygote did not start: {log}")
+        self.ready = True
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def run_in_sandbox(*, job: dict, job_dir: Path, pkg_dir: Path, user: tuple[str, int, int],
+                   limits: Limits, venv: Path, zygote: Zygote) -> tuple[Execution, dict[str, bytes], dict[str, str]]:
+    """Run one rebuilt notebook in a fresh sandbox; return what happened and the exported files.
+
+    ``job`` is the runner's job description (cells and chunks). ``job_dir`` is a fresh,
+    root-only folder. The exported files are returned as bytes, read after the sandbox
+    is dead, without following links, and bounded in size.
+    """
+    name, uid, gid = user
+    kill_user_processes(uid)
+    zygote.wait_ready()
+    nonce = secrets.token_hex(8)
+    job = dict(job, nonce=nonce, cell_timeout=limits.cell_timeout, pid_namespace=True,
+               sys_path=["/submission", "/pkg"], timing=bool(os.environ.get("GRADER_TIMING")))
+
+    grading = job_dir / "grading"
+    grading.mkdir(parents=True)
+    shutil.copyfile(HERE.parent / "sandboxed" / "runner.py", grading / "runner.py")
+    (grading / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    if (job_dir / "inputs").exists():
+        shutil.move(str(job_dir / "inputs"), grading / "inputs")
+    for path in [grading, *grading.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    (job_dir / "root").mkdir()
+    rw = job_dir / "rw"
+    rw.mkdir()
+    mount_tmpfs(rw, limits.scratch_bytes, "0755")
+    try:
+        for sub in ("work", "exports", "tmp", "tmp/home", "tmp/mpl", "tmp/ipython"):
+            (rw / sub).mkdir()
+            os.chown(rw / sub, uid, gid)
+            (rw / sub).chmod(0o700)
+        (rw / "tmp").chmod(0o1777)
+        for src in (job_dir / "files").glob("*") if (job_dir / "files").exists() else []:
+            shutil.copyfile(src, rw / "work" / src.name)
+            os.chown(rw / "work" / src.name, uid, gid)
+        request = {
+            "setup_env": {"SB_ROOT": str(job_dir / "root"), "SB_RW": str(rw), "SB_GRADING": str(grading),
+                          "SB_PKG": str(pkg_dir), "SB_VENV": str(venv), "SB_PYBASE": sys.base_prefix},
+            "limits": {"memory_bytes": limits.memory_bytes, "processes": limits.processes,
+                       "cpu_seconds": limits.scaled_cpu(), "file_bytes": limits.file_bytes,
+                       "open_files": limits.open_files},
+            "uid": uid, "gid": gid, "env": sandbox_env(venv), "timing": bool(os.environ.get("GRADER_TIMING")),
+        }
+        execution = _supervise(zygote, request, nonce, limits, uid)
+        files, refused = _read_exports(rw / "exports", uid)
+    finally:
+        kill_user_processes(uid)
+        umount(rw)
+    return execution, files, refused
+
+
+def _supervise(zygote: Zygote, request: dict, nonce: str, limits: Limits, uid: int) -> Execution:
+    started = time.monotonic()
+    r, w = os.pipe()
+    try:
+        socket.send_fds(zygote.sock, [json.dumps(request).encode()], [w])
+    finally:
+        os.close(w)
+    os.set_blocking(r, False)
+    sock = zygote.sock
+    reader = _Reader(nonce, limits)
+    pids: dict[str, int] = {}
+    status, detail = "ok", ""
+    ready = False
+    soft_deadline = None
+    n_events = 0
+    eof = False
+    marks: dict[str, float] = {}
+
+    def take_message():
+        msg = sock.recv(4096)
+        if not msg:
+            raise RuntimeError("the sandbox zygote died")
+        pids.update(json.loads(msg))
+
+    try:
+        while not eof or "exit" not in pids:
+            now = time.monotonic()
+            if not ready:
+                deadline = started + limits.startup_timeout
+            else:
+                deadline = soft_deadline + limits.grace if soft_deadline is not None else now + 3600
+            deadline = min(deadline, started + limits.notebook_timeout)
+            if eof:                                   # output closed: only the exit status is missing
+                deadline = min(deadline, now + 10)
+            if now >= deadline:
+                if eof:
+                    status, detail = "crashed", "the sandbox did not report its exit"
+                elif not ready:
+                    status, detail = "startup-timeout", f"the sandbox did not start within {limits.startup_timeout:g} s"
+                elif now >= started + limits.notebook_timeout:
+                    status, detail = "timeout", f"the notebook ran longer than {limits.notebook_timeout:g} s"
+                else:
+                    status = "timeout"
+                    detail = (f"a cell ran past the {limits.cell_timeout:g} s limit and did not stop when "
+                              f"interrupted: the sandbox was killed")
+                break
+            watch = [sock] + ([] if eof else [r])
+            readable, _, _ = select.select(watch, [], [], max(0.0, min(deadline - now, 0.5)))
+            if sock in readable:
+                take_message()
+                if "exit" in pids:
+                    marks.setdefault("exit", time.monotonic() - started)
+            if r in readable:
+                try:
+                    data = os.read(r, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    eof = True
+                    marks["eof"] = time.monotonic() - started
+                    continue
+                reader.feed(data)
+                if reader.total > limits.hard_output_bytes:
+                    status = "output-limit"
+                    detail = (f"the notebook printed more than {limits.hard_output_bytes / 2**20:.0f} MB: "
+                              f"the sandbox was killed")
+                    break
+                if len(reader.events) != n_events:
+                    for event, _payload in reader.events[n_events:]:
+                        if event in ("ready", "done"):
+                            marks[event] = time.monotonic() - started
+                        if event == "ready":
+                            ready = True
+                        if event in ("start", "chunk"):
+                            soft_deadline = time.monotonic() + limits.cell_timeout
+                        elif event in ("result", "end", "done"):
+                            soft_deadline = None
+                    n_events = len(reader.events)
+    finally:
+        if "exit" not in pids:
+            for key in ("grandchild", "child"):
+                if key in pids:
+                    try:
+                        os.kill(pids[key], signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            kill_user_processes(uid)
+            end = time.monotonic() + 15
+            sock.settimeout(1.0)
+            while "exit" not in pids and time.monotonic() < end:
+                try:
+                    take_message()
+                except socket.timeout:
+                    kill_user_processes(uid)
+            sock.settimeout(None)
+        os.close(r)
+        reader.finish()
+    if "exit" not in pids:
+        raise RuntimeError("the sandbox did not report its exit status; its zygote is replaced")
+    kill_user_processes(uid)
+    marks["cleaned"] = time.monotonic() - started
+    if os.environ.get("GRADER_TIMING"):
+        print("timing:", {k: round(v, 3) for k, v in marks.items()}, reader.preamble.strip(), file=sys.stderr)
+    code = pids.get("exit")
+    done = any(e == "done" for e, _ in reader.events)
+    if status == "ok" and not ready:
+        status, detail = "sandbox-error", f"the sandbox did not start (exit code {code})"
+    elif status == "ok" and not done:
+        status = "crashed"
+        if code is not None and code > 128:
+            sig = code - 128
+            try:
+                signame = signal.Signals(sig).name
+            except ValueError:
+                signame = f"signal {sig}"
+            detail = f"the Python process was killed by {signame}"
+            if sig == signal.SIGXCPU or (sig == signal.SIGKILL and time.monotonic() - started > limits.cpu_seconds):
+                detail += " (CPU time limit)"
+        else:
+            detail = f"the Python process exited early (exit code {code})"
+    running = [c.index for c in reader.cells.values() if c.started and not c.ended]
+    return Execution(status, code, time.monotonic() - started, reader.cells, running[-1] if running else None,
+                     detail, reader.preamble.decode("utf-8", errors="replace"), reader.dropped, reader.total)
+
+
+MAX_EXPORT_FILE = 64 << 20
+MAX_EXPORT_TOTAL = 256 << 20
+
+
+def _read_exports(folder: Path, uid: int) -> tuple[dict[str, bytes], dict[str, str]]:
+    """Regular files directly in the export folder, opened without following links, bounded.
+
+    Returns the files' bytes by name, and why other entries were refused (a link, a FIFO,
+    a device, a hard link, not the sandbox user's, too large).
+    """
+    import stat as _stat
+
+    out: dict[str, bytes] = {}
+    refused: dict[str, str] = {}
+    try:
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return out, refused
+    total = 0
+    try:
+        for name in sorted(os.listdir(dfd))[:1000]:
+            if not (name.endswith(".npz") or name.endswith(".error.json")) or name.startswith("."):
+                continue
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except OSError:
+                continue
+            if not _stat.S_ISREG(st.st_mode):
+                kind = ("a symbolic link" if _stat.S_ISLNK(st.st_mode) else "a FIFO" if _stat.S_ISFIFO(st.st_mode)
+                        else "a directory" if _stat.S_ISDIR(st.st_mode) else "not a regular file")
+                refused[name] = f"the exported file is {kind}: refused"
+                continue
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+            except OSError as exc:
+                refused[name] = f"the exported file cannot be opened ({exc.strerror})"
+                continue
+            try:
+                st = os.fstat(fd)
+                if not _stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != uid:
+                    refused[name] = "the exported file is not a plain file written by the submission: refused"
+                    continue
+                if st.st_size > MAX_EXPORT_FILE or total + st.st_size > MAX_EXPORT_TOTAL:
+                    refused[name] = f"the exported file is too large ({st.st_size:,} bytes): refused"
+                    continue
+                chunks = []
+                remaining = st.st_size + 1
+                while remaining > 0:
+                    block = os.read(fd, min(remaining, 1 << 20))
+                    if not block:
+                        break
+                    chunks.append(block)
+                    remaining -= len(block)
+                data = b"".join(chunks)
+                if len(data) > st.st_size:
+                    refused[name] = "the exported file grew while it was read: refused"
+                    continue
+                total += len(data)
+                out[name] = data
+            finally:
+                os.close(fd)
+    finally:
+        os.close(dfd)
+    return out, refused

