@@ -30,6 +30,8 @@ POWER = re.compile(r"10\^\{?(-?\d+)\}?")
 ALLOWED = {
     ("04_positional_encoding", "nb04-020", "0.316"): "omega_1 = 10000^(-2/16), derived in the text two cells above",
     ("05_encoder_block", "nb05-007", "0.01"): "the variance of a spread of 0.1, derived in the sentence itself",
+    ("08_decoder", "69a50cec", "12.7"): "36 / sqrt(8), derived in the sentence itself",
+    ("08_decoder", "019772cc", "10^{-8}"): "11 e^-20, derived in the sentence (the asserted bound is 10^-7)",
     ("02_scaling", "nb02-018", "10^{-16}"): "float64 machine epsilon, a constant quoted in the error estimate",
     ("02_scaling", "nb02-023", "10^{-6}"): "an example plugged into the asserted bound 2(1 - max p)",
     ("03_multihead", "nb03-028", "10^{-6}"): "assert_close's default tolerance",
