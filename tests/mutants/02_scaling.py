@@ -83,3 +83,24 @@ def softmax_jacobian(p):
     return np.diag(p) - np.outer(p, p)
 '''},
 }
+
+_BACKWARD = '''
+def softmax_backward(p, g):
+    p, g = np.asarray(p, dtype=float), np.asarray(g, dtype=float)
+{body}
+'''
+
+
+def _backward(body):
+    return {"softmax_backward": _BACKWARD.format(body=body)}
+
+
+MUTANTS.update({
+    "backward: p * g (the - sum p g term dropped)": _backward("    return p * g"),
+    "backward: unweighted mean of g": _backward("    return p * (g - g.mean(axis=-1, keepdims=True))"),
+    "backward: factor p dropped": _backward("    return g - (p * g).sum(axis=-1, keepdims=True)"),
+    "backward: sum over the wrong axis": _backward("    return p * (g - (p * g).sum(axis=0, keepdims=True))"),
+    "backward: builds the Jacobian (correct, O(n^2) memory)": _backward(
+        "    J = p[..., :, None] * np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :]\n"
+        "    return np.einsum('...ij,...i->...j', J, g)"),
+})

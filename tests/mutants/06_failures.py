@@ -95,3 +95,18 @@ def online_softmax_attention(Q, K, V, block_size):
     weights = softmax(scores + (~allowed) * mask_value, axis=-1)
     return (weights * ~allowed).sum(axis=-1)'''),
 }
+
+# Correct outputs, but not tiled: the memory part of the hidden test must catch them.
+MUTANTS.update({
+    "online: the naive attention (the whole n x n score matrix)": {"online_attention": '''
+def online_softmax_attention(Q, K, V, block_size):
+    return scaled_dot_product_attention(Q, K, V)[0]
+'''},
+    "online: scores computed block by block, then concatenated and softmaxed at once": {"online_attention": '''
+def online_softmax_attention(Q, K, V, block_size):
+    n_k = K.shape[-2]
+    blocks = [Q @ np.swapaxes(K[..., s:s + block_size, :], -1, -2) / np.sqrt(Q.shape[-1])
+              for s in range(0, n_k, block_size)]
+    return softmax(np.concatenate(blocks, axis=-1), axis=-1) @ V
+'''},
+})

@@ -37,11 +37,13 @@ CASES["attention.softmax"] = Case(_softmax_inputs, _softmax_ref, ("weights",),
 
 
 def _softmax_masked_inputs(rng):
-    b, n, m, _, _ = _shapes(rng)
-    x = rng.normal(0, 2, (b, n, m))
-    blocked = rng.random((b, n, m)) < 0.3
+    _, n, m, _, _ = _shapes(rng)
+    x = rng.normal(0, 2, (n, m))                                # 2-D: the docstring allows any shape
+    blocked = rng.random((n, m)) < 0.3
+    blocked[1:, 0] = False                                      # rows 1.. keep key 0 ...
+    x[1, 0] = x[1, 1:].max() + 20.0                             # ... row 1 saturated: weight > 0.999 on key 0
     x[blocked] = -np.inf
-    x[0, 0, :] = -np.inf                                        # one row entirely masked
+    x[0, :] = -np.inf                                           # one row entirely masked
     return {"x": x, "axis": -1}
 
 
@@ -50,15 +52,27 @@ CASES["attention.softmax_masked"] = Case(_softmax_masked_inputs, _softmax_ref, (
 
 
 def _sdpa_inputs(rng, mask_kind=None):
+    # Every rank the docstring allows: unmasked (b, n, d) cross-attention; boolean mask on
+    # unbatched (n, d) self-attention (n_q = n_k); additive mask on (b, h, n, d).
     b, n_q, n_k, d_k, d_v = _shapes(rng)
+    lead = {None: (b,), "bool": (), "additive": (b, int(rng.integers(2, 4)))}[mask_kind]
+    if mask_kind == "bool":
+        n_k = n_q
     inputs = {
-        "Q": rng.normal(0, 1.5, (b, n_q, d_k)),
-        "K": rng.normal(0, 1.5, (b, n_k, d_k)),
-        "V": rng.normal(0, 1, (b, n_k, d_v)),
+        "Q": rng.normal(0, 1.5, lead + (n_q, d_k)),
+        "K": rng.normal(0, 1.5, lead + (n_k, d_k)),
+        "V": rng.normal(0, 1, lead + (n_k, d_v)),
     }
+    # A saturated row: query 1 points along key 0's large first coordinate, score gap >= ~15,
+    # weight > 0.999 on key 0.
+    inputs["K"][..., 0, 0] = 12.0
+    inputs["Q"][..., 1, :] = 0.0
+    inputs["Q"][..., 1, 0] = 2.0 * np.sqrt(d_k)
     if mask_kind is not None:
         allowed = rng.random((n_q, n_k)) < 0.6
-        allowed[np.arange(n_q), rng.integers(0, n_k, n_q)] = True  # every query sees a key
+        allowed[np.arange(n_q), rng.integers(0, n_k, n_q)] = True  # every query sees a key ...
+        allowed[1, 0] = True
+        allowed[-1, :] = False                                     # ... but the last: a fully masked row (zeros)
         if mask_kind == "bool":
             inputs["mask"] = allowed
         else:
@@ -71,8 +85,18 @@ def _sdpa_ref(Q, K, V, mask=None):
 
 
 CASES["attention.sdpa"] = Case(lambda rng: _sdpa_inputs(rng), _sdpa_ref, ("output", "weights"),
-                               description="batched, unmasked, n_q != n_k, d_k != d_v")
+                               description="(b, n, d), unmasked, n_q != n_k, d_k != d_v, a saturated row")
 CASES["attention.sdpa_bool_mask"] = Case(lambda rng: _sdpa_inputs(rng, "bool"), _sdpa_ref,
-                                         ("output", "weights"), description="boolean mask, True = may attend")
+                                         ("output", "weights"), description="unbatched self-attention (n_q = n_k), boolean mask, a fully masked row")
 CASES["attention.sdpa_additive_mask"] = Case(lambda rng: _sdpa_inputs(rng, "additive"), _sdpa_ref,
-                                             ("output", "weights"), description="additive float mask with -inf")
+                                             ("output", "weights"), description="(b, h, n, d), additive float mask with -inf, a fully masked row")
+
+
+# What each exercise's docstring promises, checked by tests/test_hidden_case_coverage.py.
+COVERAGE = {
+    "softmax": {"cases": ("attention.softmax", "attention.softmax_masked"),
+                "requires": {"rank2", "rank3", "fully_masked", "saturated"}},
+    "scaled_dot_product_attention": {
+        "cases": ("attention.sdpa", "attention.sdpa_bool_mask", "attention.sdpa_additive_mask"),
+        "requires": {"rank2", "rank3", "rank4", "self", "cross", "fully_masked", "saturated"}},
+}

@@ -58,7 +58,7 @@ def _entropy_inputs(rng):
 def _entropy_masked_inputs(rng):
     b, m, n = _shape(rng)
     w = _rows(rng, b, m, n, masked=0.4, spread=3.0)
-    return {"weights": w}
+    return {"weights": w[0]}                                    # (rows, keys): 2-D, as the docstring allows
 
 
 CASES["scaling.attention_entropy"] = Case(
@@ -66,7 +66,7 @@ CASES["scaling.attention_entropy"] = Case(
     description="(batch, rows, keys) distributions incl. a saturated and a one-hot row; nats, last axis")
 CASES["scaling.attention_entropy_masked"] = Case(
     _entropy_masked_inputs, _entropy_ref, ("entropy",),
-    description="rows with exact zeros (masked keys): 0 ln 0 = 0, no nan")
+    description="(rows, keys) with exact zeros (masked keys): 0 ln 0 = 0, no nan")
 
 
 def _jacobian_inputs(rng):
@@ -87,3 +87,55 @@ CASES["scaling.softmax_jacobian"] = Case(
 CASES["scaling.softmax_jacobian_saturated"] = Case(
     _jacobian_saturated_inputs, _jacobian_ref, ("jacobian",),
     description="2-D (rows, keys) input with peaked rows, exact zeros and a one-hot row")
+
+
+# What each exercise's docstring promises, checked by tests/test_hidden_case_coverage.py.
+COVERAGE = {
+    "attention_entropy": {"cases": ("scaling.attention_entropy", "scaling.attention_entropy_masked"),
+                          "requires": {"rank2", "rank3", "saturated"}},
+    "softmax_jacobian": {"cases": ("scaling.softmax_jacobian", "scaling.softmax_jacobian_saturated"),
+                         "requires": {"rank2", "rank3", "saturated"}},
+}
+
+
+# ---------------------------------------------------------------------------
+# softmax_backward(p, g) = J^T g without J. Rows are batched (3-D) and plain (2-D); a saturated
+# row and rows with exact zeros; g is never constant (a constant g gives 0 and hides mistakes),
+# and its mean is far from 0 (dropping the "- sum p g" term shows).
+# ---------------------------------------------------------------------------
+def _backward_ref(p, g):
+    J = softmax_jacobian(np.asarray(p, dtype=np.float64))
+    return np.einsum("...ij,...i->...j", J, np.asarray(g, dtype=np.float64))
+
+
+def _backward_inputs(rng, batched=True):
+    b, m, n = _shape(rng)
+    p = _rows(rng, b, m, n, masked=0.2, spread=2.0)
+    top = int(rng.integers(0, n))
+    p[0, 0] = softmax(rng.normal(0, 1, n) + np.where(np.arange(n) == top, 12.0, 0.0))   # > 0.999 on one key
+    g = rng.normal(2.0, 1.0, (b, m, n))
+    return {"p": p, "g": g} if batched else {"p": p[0], "g": g[0]}
+
+
+def _backward_long_inputs(rng):
+    rows, n = int(rng.integers(2, 5)), int(rng.integers(2500, 3500))
+    return {"p": softmax(rng.normal(0, 2, (rows, n))), "g": rng.normal(1.0, 1.0, (rows, n))}
+
+
+def _backward_long_ref(p, g):
+    # J of these rows is hundreds of MB: use the formula, checked against J on the small cases.
+    return p * (g - (p * g).sum(axis=-1, keepdims=True)), 1.0
+
+
+CASES["scaling.softmax_backward"] = Case(
+    _backward_inputs, _backward_ref, ("grad_z",),
+    description="(batch, rows, keys): J^T g against the Jacobian, a saturated row, exact zeros, g of mean 2")
+CASES["scaling.softmax_backward_2d"] = Case(
+    lambda rng: _backward_inputs(rng, batched=False), _backward_ref, ("grad_z",),
+    description="(rows, keys) without a batch axis")
+CASES["scaling.softmax_backward_long"] = Case(
+    _backward_long_inputs, _backward_long_ref, ("grad_z", "within_memory_bound"),
+    description="2-4 rows of 2500-3500 keys: the output, and the call's peak memory below 8 input-sized arrays")
+COVERAGE["softmax_backward"] = {
+    "cases": ("scaling.softmax_backward", "scaling.softmax_backward_2d", "scaling.softmax_backward_long"),
+    "requires": {"rank2", "rank3", "saturated"}}

@@ -41,9 +41,9 @@ CASES["multihead.split_heads_2d"] = Case(lambda rng: _split_inputs(rng, batched=
                                          description="(n, d_model) without a batch axis -> (h, n, d_head)")
 
 
-def _merge_inputs(rng):
+def _merge_inputs(rng, batched=True):
     b, n, h, d_head = _dims(rng)
-    return {"x": rng.normal(0, 1, (b, h, n, d_head))}
+    return {"x": rng.normal(0, 1, ((b,) if batched else ()) + (h, n, d_head))}
 
 
 def _merge_ref(x):
@@ -52,6 +52,8 @@ def _merge_ref(x):
 
 CASES["multihead.merge_heads"] = Case(_merge_inputs, _merge_ref, ("merged",),
                                       description="(batch, h, n, d_head) -> (batch, n, h * d_head), head 0 first")
+CASES["multihead.merge_heads_3d"] = Case(lambda rng: _merge_inputs(rng, batched=False), _merge_ref, ("merged",),
+                                         description="(h, n, d_head) without a batch axis -> (n, h * d_head)")
 
 
 def _mha_inputs(rng, masked=False):
@@ -60,8 +62,9 @@ def _mha_inputs(rng, masked=False):
     # Projections of scale ~1 so scores are O(1): softmax neither uniform nor saturated,
     # and a wrong scale (sqrt(d_model) vs sqrt(d_head)) changes the weights clearly.
     W = rng.normal(0, 1.0 / np.sqrt(d_model), (4, d_model, d_model)) * 1.5
-    inputs = {"X": rng.normal(0, 1, (b, n, d_model)), "W_Q": W[0], "W_K": W[1], "W_V": W[2], "W_O": W[3],
-              "n_heads": h}
+    # The masked case is unbatched (n, d_model): the docstring allows any leading shape.
+    inputs = {"X": rng.normal(0, 1, ((n,) if masked else (b, n)) + (d_model,)),
+              "W_Q": W[0], "W_K": W[1], "W_V": W[2], "W_O": W[3], "n_heads": h}
     if masked:
         rows = np.arange(n)
         keep = rng.integers(0, n, n)                             # every query sees at least one key ...
@@ -69,6 +72,7 @@ def _mha_inputs(rng, masked=False):
         allowed = rng.random((n, n)) < 0.6
         allowed[rows, keep] = True
         allowed[rows, block] = False
+        allowed[int(rng.integers(0, n))] = False                 # one query sees nothing: zeros, not nan
         inputs["mask"] = allowed
     return inputs
 
@@ -84,4 +88,13 @@ def _mha_ref(X, W_Q, W_K, W_V, W_O, n_heads, mask=None):
 CASES["multihead.mha"] = Case(lambda rng: _mha_inputs(rng), _mha_ref, ("output", "weights"),
                               description="batched, several heads, no mask")
 CASES["multihead.mha_masked"] = Case(lambda rng: _mha_inputs(rng, masked=True), _mha_ref, ("output", "weights"),
-                                     description="boolean (n, n) mask shared by batch and heads")
+                                     description="unbatched (n, d_model), boolean (n, n) mask shared by the heads, a fully masked row")
+
+
+# What each exercise's docstring promises, checked by tests/test_hidden_case_coverage.py.
+COVERAGE = {
+    "split_heads": {"cases": ("multihead.split_heads", "multihead.split_heads_2d"), "requires": {"rank2", "rank3"}},
+    "merge_heads": {"cases": ("multihead.merge_heads", "multihead.merge_heads_3d"), "requires": {"rank3", "rank4"}},
+    "multi_head_attention": {"cases": ("multihead.mha", "multihead.mha_masked"),
+                             "requires": {"rank2", "rank3", "self", "fully_masked"}},
+}

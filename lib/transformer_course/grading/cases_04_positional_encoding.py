@@ -55,3 +55,11 @@ CASES["positional.shift_matrix"] = Case(
 CASES["positional.shift_matrix_negative"] = Case(
     lambda rng: _shift_inputs(rng, True), _shift_ref, ("M",),
     description="M_k for k in -39..-1 (a shift backwards)")
+
+
+# What each exercise's docstring promises, checked by tests/test_hidden_case_coverage.py.
+# Integer arguments only: no ranks or masks to cover (the long table and the negative k are the edge cases).
+COVERAGE = {
+    "positional_encoding": {"cases": ("positional.encoding", "positional.encoding_long"), "requires": set()},
+    "shift_matrix": {"cases": ("positional.shift_matrix", "positional.shift_matrix_negative"), "requires": set()},
+}

@@ -122,3 +122,11 @@ CASES["encoder.block_post_ln"] = Case(
 CASES["encoder.block_pre_ln"] = Case(
     lambda rng: _block_inputs(rng, True), _block_ref, ("output", "weights"),
     description="pre-LN block (norm_first=True): batched, 2-4 heads, all biases and LN parameters random")
+
+
+# What each exercise's docstring promises, checked by tests/test_hidden_case_coverage.py.
+COVERAGE = {
+    "layer_norm": {"cases": ("encoder.layer_norm", "encoder.layer_norm_default_eps"), "requires": {"rank2", "rank3"}},
+    "feed_forward": {"cases": ("encoder.feed_forward",), "requires": {"rank3"}},
+    "encoder_block": {"cases": ("encoder.block_post_ln", "encoder.block_pre_ln"), "requires": {"rank3"}},
+}

@@ -154,6 +154,7 @@ def _pattern_inputs(rng, padded=False):
     lengths = np.maximum(lengths, 3)
     real = _mask(lengths, n).astype(bool)                       # (b, n)
     scores = rng.normal(0, 2, (L, b, h, n, n))
+    scores[:, 0, :, 0, 0] = scores[:, 0, :, 0].max(axis=-1) + 12.0   # saturated rows: > 0.999 on key 0
     scores = np.where(real[None, :, None, None, :], scores, -np.inf)
     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
     weights /= weights.sum(axis=-1, keepdims=True)
@@ -173,3 +174,15 @@ CASES["pretrained.pattern_score"] = Case(
 CASES["pretrained.pattern_score_padded"] = Case(
     lambda rng: _pattern_inputs(rng, padded=True), pattern_score, ("scores",),
     description="padded batch: pads get no weight and are never counted")
+
+
+# What each exercise's docstring promises, checked by tests/test_hidden_case_coverage.py.
+COVERAGE = {
+    "embed_tokens": {"cases": ("pretrained.embed_tokens", "pretrained.embed_tokens_segments"), "requires": {"rank2"}},
+    "encoder_layer": {"cases": ("pretrained.encoder_layer", "pretrained.encoder_layer_padded"),
+                      "requires": {"rank3", "padding"}},
+    "sentence_embeddings": {"cases": ("pretrained.sentence_embeddings", "pretrained.sentence_embeddings_short"),
+                            "requires": {"rank3", "padding"}},
+    "pattern_score": {"cases": ("pretrained.pattern_score", "pretrained.pattern_score_padded"),
+                      "requires": {"rank5", "saturated"}},
+}

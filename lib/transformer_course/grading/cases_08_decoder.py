@@ -327,3 +327,24 @@ CASES["decoder.generate_greedy"] = Case(
 CASES["decoder.generate_top_k1"] = Case(
     lambda rng: _generate_inputs(rng, True), _generate_ref, ("ids",), tol=1e-12,
     description="temperature 3..6 with top_k=1 and a seeded rng: must equal greedy")
+
+
+# What each exercise's docstring promises, checked by tests/test_hidden_case_coverage.py
+# (declared from the cases as they are; the notebook's author should extend it with what its
+# docstrings promise beyond these, e.g. a fully masked memory row in cross-attention).
+COVERAGE = {
+    "lm_loss": {"cases": ("decoder.lm_loss", "decoder.lm_loss_1d"), "requires": {"rank2", "rank3"}},
+    "causal_self_attention": {
+        "cases": ("decoder.causal_self_attention", "decoder.causal_self_attention_cached",
+                  "decoder.causal_self_attention_one_step"),
+        "requires": {"rank2", "rank3"}},
+    "cross_attention": {"cases": ("decoder.cross_attention", "decoder.cross_attention_2d"),
+                        "requires": {"rank2", "rank3", "cross"}},
+    "decoder_block": {"cases": ("decoder.block_post_ln", "decoder.block_pre_ln"), "requires": {"rank3", "cross"}},
+    "sampling": {"cases": ("decoder.sampling_greedy", "decoder.sampling_temperature", "decoder.sampling_top_k",
+                           "decoder.sampling_top_p", "decoder.sampling_top_k_p", "decoder.sampling_saturated"),
+                 "requires": {"rank1", "rank2", "saturated"}},
+    "sample_next_token": {"cases": ("decoder.sample_next_token_top_k", "decoder.sample_next_token_top_p"),
+                          "requires": {"rank1"}},
+    "generate": {"cases": ("decoder.generate_greedy", "decoder.generate_top_k1"), "requires": set()},
+}

@@ -1,0 +1,153 @@
+"""Hidden cases must cover what each stub's specification promises, not only the common path.
+
+Every cases_NN_*.py module declares, in a ``COVERAGE`` dict, which exercises its cases
+grade and which situations the exercise's docstring promises to handle, e.g.::
+
+    COVERAGE = {"sdpa": {"cases": ("attention.sdpa", ...), "requires": {"rank2", "rank3", "rank4",
+                         "self", "cross", "fully_masked", "saturated"}}}
+
+This test draws the inputs of those cases for several seeds and checks, from the inputs
+themselves (not from the declaration), that every required situation occurs in every
+draw. Every registered case must belong to a declared exercise, so a notebook added later
+has to declare its coverage too.
+
+Situations (detected by ``situations`` below):
+  rankN          the main input (x, Q, X, weights, p, scores, ...) has N dimensions
+  self / cross   n_q == n_k / n_q != n_k (Q and K given; X alone is self-attention)
+  fully_masked   a query row with no visible key (boolean mask or `allowed` all False, an
+                 additive mask or scores all -inf, a padding attention_mask row of zeros)
+  saturated      a row of the distribution the exercise computes with a weight >= 0.999
+  max_first_block / max_later_block   (tiled attention) a row whose largest score is in the
+                 first block of keys (the running max never moves: scores that fall) / in a
+                 later block (the running max moves: scores that rise)
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import numpy as np
+import pytest
+
+import transformer_course.grading as grading
+from transformer_course.grading import CASES, hidden_case
+from transformer_course.softmax import softmax
+
+MAIN = ("x", "Q", "X", "weights", "p", "scores", "logits", "states", "input_ids", "k")
+SEEDS = range(5)
+
+
+def modules():
+    return [importlib.import_module(f"{grading.__name__}.{m.name}")
+            for m in sorted(pkgutil.iter_modules(grading.__path__), key=lambda m: m.name)
+            if m.name.startswith("cases_")]
+
+
+def declared():
+    out = {}
+    for module in modules():
+        for exercise, spec in getattr(module, "COVERAGE", {}).items():
+            out[f"{module.__name__.rsplit('.', 1)[1]}:{exercise}"] = spec
+    return out
+
+
+def _rows_all(a, value_test):
+    a = np.asarray(a)
+    return bool(a.ndim >= 1 and np.any(np.all(value_test(a), axis=-1)))
+
+
+def _distributions(inputs):
+    """The softmax rows the exercise computes, where that can be read off its inputs."""
+    if "Q" in inputs and "K" in inputs:
+        Q, K = np.asarray(inputs["Q"], float), np.asarray(inputs["K"], float)
+        s = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+        mask = inputs.get("mask")
+        if mask is not None:
+            mask = np.asarray(mask)
+            s = np.where(mask, s, -np.inf) if mask.dtype == bool else s + mask
+        return [softmax(s)]
+    if "x" in inputs and "axis" in inputs:
+        return [np.moveaxis(softmax(np.asarray(inputs["x"], float), axis=inputs["axis"]), inputs["axis"], -1)]
+    for name in ("scores", "logits"):
+        if isinstance(inputs.get(name), np.ndarray):
+            return [softmax(np.asarray(inputs[name], float))]
+    return [np.asarray(inputs[k], float) for k in ("weights", "p") if isinstance(inputs.get(k), np.ndarray)]
+
+
+def situations(inputs):
+    tags = set()
+    main = next((inputs[k] for k in MAIN if isinstance(inputs.get(k), np.ndarray)), None)
+    if main is not None:
+        tags.add(f"rank{main.ndim}")
+    if "Q" in inputs and "K" in inputs:
+        tags.add("self" if inputs["Q"].shape[-2] == inputs["K"].shape[-2] else "cross")
+    elif "X" in inputs:
+        tags.add("self")
+    elif "memory" in inputs and "x" in inputs:
+        tags.add("cross")
+    for name in ("mask", "allowed"):
+        m = inputs.get(name)
+        if isinstance(m, np.ndarray):
+            if m.dtype == bool and _rows_all(m, lambda a: ~a):
+                tags.add("fully_masked")
+            elif m.dtype != bool and _rows_all(m, np.isneginf):
+                tags.add("fully_masked")
+    for name in ("x", "scores"):
+        x = inputs.get(name)
+        if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+            axis = inputs.get("axis", -1)
+            if _rows_all(np.moveaxis(x, axis, -1), np.isneginf):
+                tags.add("fully_masked")
+    am = inputs.get("attention_mask")
+    if isinstance(am, np.ndarray) and np.any(am == 0):
+        tags.add("padding")
+    for w in _distributions(inputs):
+        with np.errstate(invalid="ignore"):
+            if np.nanmax(w, initial=0.0) >= 0.999:
+                tags.add("saturated")
+    if "block_size" in inputs and "Q" in inputs:
+        Q, K = np.asarray(inputs["Q"], float), np.asarray(inputs["K"], float)
+        first = (Q @ np.swapaxes(K, -1, -2)).argmax(axis=-1) < inputs["block_size"]
+        tags.update({"max_first_block"} if first.all() else {"max_later_block"} if not first.any()
+                    else {"max_first_block", "max_later_block"})
+    return tags
+
+
+DECLARED = declared()
+
+
+def test_every_cases_module_declares_its_coverage():
+    silent = [m.__name__ for m in modules() if not getattr(m, "COVERAGE", None)]
+    assert not silent, f"cases modules without a COVERAGE dict: {silent}"
+
+
+def test_every_case_belongs_to_a_declared_exercise():
+    covered = [c for spec in DECLARED.values() for c in spec["cases"]]
+    assert sorted(covered) == sorted(set(covered)), "a case is declared by two exercises"
+    assert set(covered) == set(CASES), (f"undeclared: {sorted(set(CASES) - set(covered))}, "
+                                        f"unknown: {sorted(set(covered) - set(CASES))}")
+
+
+@pytest.mark.parametrize("exercise", sorted(DECLARED))
+@pytest.mark.parametrize("seed", SEEDS)
+def test_hidden_cases_cover_the_specification(exercise, seed):
+    spec = DECLARED[exercise]
+    seen = set()
+    for case_id in spec["cases"]:
+        seen |= situations(hidden_case(case_id, seed=seed).inputs)
+    missing = set(spec["requires"]) - seen
+    assert not missing, f"{exercise}, seed {seed}: no hidden case has {sorted(missing)} (seen {sorted(seen)})"
+
+
+def test_the_detector_sees_each_situation():
+    # The detector itself could fail silently: check it on inputs built to have (or lack) each situation.
+    Q, K = np.zeros((2, 3, 4)), np.zeros((2, 5, 4))
+    assert situations({"Q": Q, "K": K, "V": K}) == {"rank3", "cross"}
+    mask = np.ones((3, 5), bool)
+    mask[1] = False
+    assert "fully_masked" in situations({"Q": Q, "K": K, "V": K, "mask": mask})
+    Q[..., 0], K[..., 0] = 10.0, np.arange(5) * 10.0
+    assert {"saturated", "max_later_block"} <= situations({"Q": Q, "K": K, "V": K, "block_size": 2})
+    assert "max_first_block" in situations({"Q": Q, "K": K[..., ::-1, :], "V": K, "block_size": 2})
+    assert situations({"x": np.array([[0.0, -np.inf], [-np.inf, -np.inf]]), "axis": -1}) >= {"rank2", "fully_masked"}
