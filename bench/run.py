@@ -25,7 +25,7 @@ Without PyTorch the NumPy rows still run and the skipped rows are listed.
 
 Usage::
 
-    .venv/bin/python bench/run.py            # full run (~5 min); writes bench/results/latest.{md,json,png} and the README table
+    .venv/bin/python bench/run.py            # full run (~5 min); writes bench/results/latest.{md,json,png} and the table in bench/README.md
     .venv/bin/python bench/run.py --quick    # smoke run: small shapes, 1 rep; writes only with --out
 """
 
@@ -352,7 +352,7 @@ def targets(rows, memory) -> list:
     return out
 
 
-README = os.path.join(ROOT, "README.md")
+README = os.path.join(ROOT, "bench", "README.md")
 README_START, README_END = "<!-- bench-table:start -->", "<!-- bench-table:end -->"
 
 

@@ -73,6 +73,12 @@ def _sdpa_inputs(rng, mask_kind=None):
         allowed[np.arange(n_q), rng.integers(0, n_k, n_q)] = True  # every query sees a key ...
         allowed[1, 0] = True
         allowed[-1, :] = False                                     # ... but the last: a fully masked row (zeros)
+        # Row 0 sees every key but its strongest (in the first batch element): masking after
+        # the softmax without renormalising then loses at least 1/n_k of that row's weight.
+        Q0 = inputs["Q"].reshape(-1, n_q, d_k)[0]                  # (n_q, d_k)
+        K0 = inputs["K"].reshape(-1, n_k, d_k)[0]                  # (n_k, d_k)
+        allowed[0, :] = True
+        allowed[0, int(np.argmax(K0 @ Q0[0]))] = False
         if mask_kind == "bool":
             inputs["mask"] = allowed
         else:
