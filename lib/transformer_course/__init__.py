@@ -41,3 +41,9 @@ __all__ = [
     "softmax_jacobian",
     "split_heads",
 ]
+
+# Notebook 10 (learning): backward passes, the loss, and the training utilities.
+from . import backward, training  # noqa: E402
+from .loss import cross_entropy  # noqa: E402
+
+__all__ += ["backward", "cross_entropy", "training"]
