@@ -6,7 +6,9 @@ the same computation (F.layer_norm, F.scaled_dot_product_attention with a causal
 torch.optim.AdamW) in eager mode. Each implementation runs in its own process (their thread pools
 disturb each other), ``--rounds`` times in alternating order; each process warms up, then times
 ``--steps`` steps one by one; the table shows the median over the processes of their median step.
-Target (issue 17): NumPy / PyTorch <= 1.5.
+Each side runs twice: with its default threads, and with one thread (OPENBLAS_NUM_THREADS=1 /
+OMP_NUM_THREADS=1), because 32 x 32 products gain little from threads and suffer most when the cores
+are shared. Target (issue 17): NumPy / PyTorch <= 1.5.
 
 Usage::
 
@@ -111,19 +113,23 @@ def main() -> None:
     except ImportError:
         kinds = ["numpy"]
         print("PyTorch not installed: NumPy row only")
-    results = {k: [] for k in kinds}
+    one_thread = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    rows = [(kind, threads) for threads in ("default", "1") for kind in kinds]
+    results = {row: [] for row in rows}
     for r in range(args.rounds):
-        for kind in (kinds if r % 2 == 0 else kinds[::-1]):
+        for kind, threads in (rows if r % 2 == 0 else rows[::-1]):
+            env = dict(os.environ, **(one_thread if threads == "1" else {}))
             out = subprocess.run([sys.executable, __file__, "--worker", kind, "--steps", str(args.steps)],
-                                 check=True, capture_output=True, text=True).stdout
-            results[kind].append(json.loads(out.strip().splitlines()[-1])["median_ms"])
+                                 check=True, capture_output=True, text=True, env=env).stdout
+            results[kind, threads].append(json.loads(out.strip().splitlines()[-1])["median_ms"])
     print(f"One training step (forward + backward + AdamW), float32, batch {BATCH}, {SIZES}")
-    print(f"{'implementation':16s} {'median step (ms)':>18s}   per process")
-    for kind, ms in results.items():
-        print(f"{kind:16s} {statistics.median(ms):18.2f}   {', '.join(f'{m:.2f}' for m in ms)}")
-    if "torch" in results:
-        ratio = statistics.median(results["numpy"]) / statistics.median(results["torch"])
-        print(f"NumPy / PyTorch = {ratio:.2f} (target <= 1.5): {'met' if ratio <= 1.5 else 'NOT met'}")
+    print(f"{'implementation':16s} {'threads':>8s} {'median step (ms)':>18s}   per process")
+    for (kind, threads), ms in results.items():
+        print(f"{kind:16s} {threads:>8s} {statistics.median(ms):18.2f}   {', '.join(f'{m:.2f}' for m in ms)}")
+    if "torch" in kinds:
+        for threads in ("default", "1"):
+            ratio = statistics.median(results["numpy", threads]) / statistics.median(results["torch", threads])
+            print(f"NumPy / PyTorch, {threads} threads = {ratio:.2f} (target <= 1.5): {'met' if ratio <= 1.5 else 'NOT met'}")
 
 
 if __name__ == "__main__":
