@@ -84,7 +84,7 @@ def attention_backward(grad_output, Q, K, V, mask=None, weights=None):
     else:
         P = as_float_array(weights, "weights", min_ndim=2)
         _same_shape(P, "weights", Q.shape[:-1] + K.shape[-2:-1], "the scores (..., n_q, n_k)")
-    scale = 1.0 / np.sqrt(Q.shape[-1])
+    scale = np.result_type(Q, K).type(1.0 / np.sqrt(Q.shape[-1]))     # keeps float32 in float32
     dV = np.swapaxes(P, -1, -2) @ dO                              # (..., n_k, n_q) @ (..., n_q, d_v)
     dP = dO @ np.swapaxes(V, -1, -2)                              # (..., n_q, n_k)
     dS = softmax_backward(P, dP) * scale                          # (..., n_q, n_k), d/d(Q K^T)

@@ -226,7 +226,7 @@ class AdamW:
                 p *= 1 - self.lr * self.weight_decay
             self.m[k] = b1 * self.m[k] + (1 - b1) * g
             self.v[k] = b2 * self.v[k] + (1 - b2) * g * g
-            p -= (self.lr / c1) * self.m[k] / (np.sqrt(self.v[k]) / np.sqrt(c2) + self.eps)
+            p -= (self.lr / c1) * self.m[k] / (np.sqrt(self.v[k]) / c2 ** 0.5 + self.eps)   # Python floats keep p's dtype
 
 
 # -- data ----------------------------------------------------------------------------------------------
