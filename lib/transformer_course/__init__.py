@@ -58,3 +58,9 @@ __all__ += [
     "sample_next_token",
     "sampling_probabilities",
 ]
+
+# Notebook 10 (learning): backward passes, the loss, and the training utilities.
+from . import backward, training  # noqa: E402
+from .loss import cross_entropy  # noqa: E402
+
+__all__ += ["backward", "cross_entropy", "training"]

@@ -1,0 +1,239 @@
+"""Backward passes: the gradient of a scalar loss L through each forward function (theory.md §10).
+
+Every function here takes ``grad_output`` = dL/d(output of the forward) and returns dL/d(inputs),
+computed from quantities the forward had (its inputs, or its outputs where cheaper). They are grouped
+by the forward they differentiate, each docstring names it:
+
+* :func:`softmax_backward`        -- :func:`transformer_course.softmax.softmax`
+* :func:`attention_backward`      -- :func:`transformer_course.attention.scaled_dot_product_attention`
+* :func:`layer_norm_backward`     -- :func:`transformer_course.normalization.layer_norm`
+* :func:`gelu_backward`           -- :func:`transformer_course.activations.gelu`
+* :func:`feed_forward_backward`   -- :class:`transformer_course.feedforward.PositionwiseFeedForward` (GELU)
+* :func:`embedding_backward`      -- the lookup ``E[token_ids]``
+* :func:`cross_entropy_backward`  -- :func:`transformer_course.loss.cross_entropy`
+
+(They could later move next to their forwards, one module per concept.) No Jacobian is ever formed:
+each backward is a vector-Jacobian product written with the same array operations as its forward.
+Shapes follow the forwards: ``(..., n, d)``; gradients have the shape of what they differentiate.
+Arguments are checked for shape and type; their values are not (a NaN in a gradient propagates, as
+in PyTorch's autograd), so the backward passes cost no extra sweep over the data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import erf
+
+from ._checks import as_float_array, check_vector, describe
+from .attention import check_qkv, scaled_dot_product_attention
+from .loss import check_targets
+
+
+def _same_shape(arr, name: str, shape, what: str) -> None:
+    if arr.shape != tuple(shape):
+        raise ValueError(f"{name} must have the shape of {what} {tuple(shape)}, got shape {arr.shape}")
+
+
+# -- softmax ------------------------------------------------------------------------------------------
+
+def softmax_backward(p, grad_p, axis: int = -1) -> np.ndarray:
+    """Gradient through ``p = softmax(s, axis)`` (forward: :func:`transformer_course.softmax.softmax`).
+
+    With the Jacobian ``J = diag(p) - p p^T`` of each row (theory.md §2.2, symmetric),
+    ``dL/ds = J g = p * (g - <g, p>)``: one product and one row sum, never the ``(n, n)`` matrix.
+
+    Args:
+        p: the softmax output ``(..., n)`` (rows along ``axis`` sum to 1, or are all 0 when fully masked).
+        grad_p: ``dL/dp``, same shape.
+        axis: the axis the softmax normalised.
+
+    Returns:
+        ``dL/ds``, same shape. Where ``p`` is 0 (a masked key) the gradient is exactly 0.
+    """
+    p = as_float_array(p, "p")
+    g = as_float_array(grad_p, "grad_p")
+    _same_shape(g, "grad_p", p.shape, "p")
+    return p * (g - np.sum(g * p, axis=axis, keepdims=True))
+
+
+# -- scaled dot-product attention ---------------------------------------------------------------------
+
+def attention_backward(grad_output, Q, K, V, mask=None, weights=None):
+    """Gradient through ``O = softmax(Q K^T / sqrt(d_k) + mask) V``
+    (forward: :func:`transformer_course.attention.scaled_dot_product_attention`).
+
+        dV = P^T dO,   dP = dO V^T,   dS = softmax_backward(P, dP),
+        dQ = dS K / sqrt(d_k),   dK = dS^T Q / sqrt(d_k)
+
+    A blocked key has ``P = 0``, so ``dS`` -- and every gradient through it -- is exactly 0 there.
+
+    Args:
+        grad_output: ``dL/dO`` ``(..., n_q, d_v)``.
+        Q, K, V: the forward's inputs ``(..., n_q, d_k)``, ``(..., n_k, d_k)``, ``(..., n_k, d_v)``.
+        mask: the forward's mask (boolean, True = may attend, or additive float), or None.
+        weights: the forward's attention weights ``(..., n_q, n_k)``; recomputed when None.
+
+    Returns:
+        ``(dQ, dK, dV)`` with the shapes of ``Q``, ``K``, ``V``.
+    """
+    Q, K, V = check_qkv(Q, K, V)
+    dO = as_float_array(grad_output, "grad_output", min_ndim=2)
+    _same_shape(dO, "grad_output", Q.shape[:-1] + V.shape[-1:], "the output (..., n_q, d_v)")
+    if weights is None:
+        _, P = scaled_dot_product_attention(Q, K, V, mask)      # (..., n_q, n_k)
+    else:
+        P = as_float_array(weights, "weights", min_ndim=2)
+        _same_shape(P, "weights", Q.shape[:-1] + K.shape[-2:-1], "the scores (..., n_q, n_k)")
+    scale = np.result_type(Q, K).type(1.0 / np.sqrt(Q.shape[-1]))     # keeps float32 in float32
+    dV = np.swapaxes(P, -1, -2) @ dO                              # (..., n_k, n_q) @ (..., n_q, d_v)
+    dP = dO @ np.swapaxes(V, -1, -2)                              # (..., n_q, n_k)
+    dS = softmax_backward(P, dP) * scale                          # (..., n_q, n_k), d/d(Q K^T)
+    dQ = dS @ K                                                   # (..., n_q, d_k)
+    dK = np.swapaxes(dS, -1, -2) @ Q                              # (..., n_k, d_k)
+    return dQ, dK, dV
+
+
+# -- layer normalisation -------------------------------------------------------------------------------
+
+def layer_norm_backward(grad_output, x, gamma=None, eps: float = 1e-5):
+    """Gradient through ``y = gamma * (x - mu) / sqrt(var + eps) + beta`` over the last axis
+    (forward: :func:`transformer_course.normalization.layer_norm`).
+
+    With ``xhat = (x - mu) * r``, ``r = 1 / sqrt(var + eps)`` and ``g = dL/dxhat = grad_output * gamma``:
+
+        dL/dx = r * (g - mean(g) - xhat * mean(g * xhat))
+
+    The two mean terms are the gradient flowing through ``mu`` and through ``var``.
+
+    Args:
+        grad_output: ``dL/dy`` ``(..., d)``.
+        x: the forward's input ``(..., d)``.
+        gamma: the scale ``(d,)`` the forward used, or None (ones).
+        eps: the forward's eps.
+
+    Returns:
+        ``(dx, dgamma, dbeta)``: ``(..., d)``, ``(d,)``, ``(d,)`` (summed over every leading axis).
+    """
+    x = as_float_array(x, "x")
+    dy = as_float_array(grad_output, "grad_output")
+    _same_shape(dy, "grad_output", x.shape, "x")
+    d = x.shape[-1]
+    mu = x.mean(axis=-1, keepdims=True)
+    centred = x - mu
+    r = 1.0 / np.sqrt(np.mean(centred * centred, axis=-1, keepdims=True) + eps)   # (..., 1)
+    xhat = centred * r                                                             # (..., d)
+    g = dy if gamma is None else dy * check_vector(gamma, "gamma", d)
+    dx = r * (g - g.mean(axis=-1, keepdims=True) - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+    rows = dy.reshape(-1, d)                                                       # (rows, d)
+    dgamma = np.sum(rows * xhat.reshape(-1, d), axis=0)                           # (d,)
+    dbeta = np.sum(rows, axis=0)                                                   # (d,)
+    return dx, dgamma, dbeta
+
+
+# -- GELU and the feed-forward sub-layer ---------------------------------------------------------------
+
+def gelu_backward(grad_output, x) -> np.ndarray:
+    """Gradient through the exact ``gelu(x) = x Phi(x)`` (forward: :func:`transformer_course.activations.gelu`).
+
+        d gelu / dx = Phi(x) + x phi(x),   Phi = standard normal CDF, phi = its density.
+
+    Args / returns: ``grad_output`` and ``x`` of one shape; ``dL/dx`` of that shape.
+    """
+    x = as_float_array(x, "x", min_ndim=0)
+    dy = as_float_array(grad_output, "grad_output", min_ndim=0)
+    _same_shape(dy, "grad_output", x.shape, "x")
+    cdf = 0.5 * (1.0 + erf(x / np.sqrt(2.0)))
+    pdf = np.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi)
+    return dy * (cdf + x * pdf)
+
+
+def feed_forward_backward(grad_output, x, W_1, b_1, W_2, b_2):
+    """Gradient through ``FFN(x) = gelu(x W_1 + b_1) W_2 + b_2`` applied to every token
+    (forward: :class:`transformer_course.feedforward.PositionwiseFeedForward` with ``activation="gelu"``).
+
+        u = x W_1 + b_1,  h = gelu(u)
+        dW_2 = h^T dy,  db_2 = sum dy,  dh = dy W_2^T,  du = gelu'(u) dh,
+        dW_1 = x^T du,  db_1 = sum du,  dx = du W_1^T
+
+    Args:
+        grad_output: ``dL/dFFN(x)`` ``(..., d_model)``.
+        x: the forward's input ``(..., d_model)``.
+        W_1 ``(d_model, d_ff)``, b_1 ``(d_ff,)``, W_2 ``(d_ff, d_model)``, b_2 ``(d_model,)``: its weights.
+
+    Returns:
+        ``(dx, dW_1, db_1, dW_2, db_2)``, each of the shape of what it differentiates.
+    """
+    x = as_float_array(x, "x")
+    dy = as_float_array(grad_output, "grad_output")
+    _same_shape(dy, "grad_output", x.shape, "x")
+    d_model = x.shape[-1]
+    W_1 = as_float_array(W_1, "W_1", min_ndim=2)
+    W_2 = as_float_array(W_2, "W_2", min_ndim=2)
+    if W_1.shape[0] != d_model or W_2.shape != W_1.shape[::-1]:
+        raise ValueError(f"W_1 must be (d_model={d_model}, d_ff) and W_2 (d_ff, d_model), "
+                         f"got {describe(W_1)} and {describe(W_2)}")
+    d_ff = W_1.shape[1]
+    b_1 = check_vector(b_1, "b_1", d_ff)
+    check_vector(b_2, "b_2", d_model)                     # b_2 does not enter the gradient, only its shape
+    rows = x.reshape(-1, d_model)                         # (tokens, d_model)
+    d_rows = dy.reshape(-1, d_model)                      # (tokens, d_model)
+    u = rows @ W_1 + b_1                                  # (tokens, d_ff)
+    cdf = 0.5 * (1.0 + erf(u / np.sqrt(2.0)))
+    h = u * cdf                                           # gelu(u)
+    dW_2 = h.T @ d_rows                                   # (d_ff, d_model)
+    db_2 = d_rows.sum(axis=0)                             # (d_model,)
+    du = gelu_backward(d_rows @ W_2.T, u)                 # (tokens, d_ff)
+    dW_1 = rows.T @ du                                    # (d_model, d_ff)
+    db_1 = du.sum(axis=0)                                 # (d_ff,)
+    dx = (du @ W_1.T).reshape(x.shape)                    # (..., d_model)
+    return dx, dW_1, db_1, dW_2, db_2
+
+
+# -- embeddings ----------------------------------------------------------------------------------------
+
+def embedding_backward(grad_output, token_ids, vocab_size: int) -> np.ndarray:
+    """Gradient through the lookup ``X = E[token_ids]`` with respect to the table ``E`` ``(vocab_size, d)``.
+
+    Row ``v`` of ``dE`` is the sum of ``dL/dX`` over every position that holds token ``v``
+    (``np.add.at``: a plain ``dE[ids] += g`` would keep only one of repeated tokens).
+
+    Args:
+        grad_output: ``dL/dX`` ``(..., n, d)``.
+        token_ids: integers ``(..., n)`` in ``0..vocab_size-1``.
+        vocab_size: rows of ``E``.
+
+    Returns:
+        ``dE`` ``(vocab_size, d)``; rows of tokens that do not occur are 0.
+    """
+    ids = np.asarray(token_ids)
+    g = as_float_array(grad_output, "grad_output")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise TypeError(f"token_ids must be integers, got {describe(token_ids)}")
+    _same_shape(g, "grad_output", ids.shape + g.shape[-1:], "token_ids + (d,)")
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(f"token_ids must lie in 0..{vocab_size - 1}, got {ids.min()}..{ids.max()}")
+    dE = np.zeros((vocab_size, g.shape[-1]), dtype=g.dtype)
+    np.add.at(dE, ids.reshape(-1), g.reshape(-1, g.shape[-1]))   # (tokens,) rows added into (V, d)
+    return dE
+
+
+# -- cross-entropy -------------------------------------------------------------------------------------
+
+def cross_entropy_backward(logits, targets) -> np.ndarray:
+    """Gradient of the mean cross-entropy (forward: :func:`transformer_course.loss.cross_entropy`).
+
+        L = mean over positions of -log softmax(z)[y]   =>   dL/dz = (softmax(z) - onehot(y)) / N
+
+    Args:
+        logits: ``(..., V)``; targets: integers ``(...)`` in ``0..V-1``; N = ``targets.size``.
+
+    Returns:
+        ``dL/dlogits`` ``(..., V)``.
+    """
+    z = as_float_array(logits, "logits")
+    y = check_targets(targets, z.shape)
+    z = z - z.max(axis=-1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=-1, keepdims=True)                    # softmax(z): (..., V)
+    np.put_along_axis(p, y[..., None], np.take_along_axis(p, y[..., None], axis=-1) - 1.0, axis=-1)
+    return p / y.size
