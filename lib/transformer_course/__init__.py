@@ -41,3 +41,12 @@ __all__ = [
     "softmax_jacobian",
     "split_heads",
 ]
+
+# Notebook 09: a LLaMA-style decoder (SmolLM2-135M from its GGUF file) and block quantisation.
+from .llama import KVCache, Llama, LlamaConfig, apply_rope, grouped_query_attention, rms_norm, swiglu  # noqa: E402
+from .quantization import dequantize_q4_1, dequantize_q8_0, quantize_q4_1, quantize_q8_0  # noqa: E402
+
+__all__ += [
+    "KVCache", "Llama", "LlamaConfig", "apply_rope", "dequantize_q4_1", "dequantize_q8_0",
+    "grouped_query_attention", "quantize_q4_1", "quantize_q8_0", "rms_norm", "swiglu",
+]

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_float_array, check_finite, describe, positive_int
+from ._checks import as_float_array, describe, positive_int
 from .softmax import softmax
 
 
