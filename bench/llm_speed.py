@@ -45,13 +45,15 @@ def prompt_ids(n, seed=0):
 
 
 def decode_times(step, first_token, steps):
-    """Time ``steps`` greedy steps one by one; ``step(token) -> next token``."""
-    token, times = first_token, []
+    """Time ``steps`` greedy steps one by one; ``step(token) -> next token``.
+    Returns (wall seconds, CPU seconds of this process) per step."""
+    token, times, cpu = first_token, [], []
     for _ in range(steps):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         token = step(token)
         times.append(time.perf_counter() - t0)
-    return times
+        cpu.append(time.process_time() - c0)
+    return times, cpu
 
 
 def worker_numpy(steps, profile):
@@ -70,13 +72,14 @@ def worker_numpy(steps, profile):
         return int(np.argmax(model.forward(np.array([token]), cache)[-1]))
 
     step(first)                                           # warm-up
-    times = decode_times(step, first, steps)
+    times, cpu = decode_times(step, first, steps)
     prefill = []
     for _ in range(3):
         t0 = time.perf_counter()
         model.forward(prompt_ids(LONG_PROMPT, 1), model.new_cache(LONG_PROMPT))
         prefill.append(time.perf_counter() - t0)
-    result = {"decode": statistics.median(times), "prefill": statistics.median(prefill), "load": load}
+    result = {"decode": statistics.median(times), "decode_cpu": statistics.median(cpu),
+              "prefill": statistics.median(prefill), "load": load}
     if profile:
         result["profile"] = profile_decode(model, first)
     return result
@@ -133,15 +136,15 @@ def worker_torch(steps, profile):
             return int(out.logits[0, -1].argmax())
 
         step(first)
-        times = decode_times(step, first, steps)
+        times, cpu = decode_times(step, first, steps)
         prefill = []
         for _ in range(3):
             long_ids = torch.as_tensor(prompt_ids(LONG_PROMPT, 1)[None], dtype=torch.long)
             t0 = time.perf_counter()
             model(input_ids=long_ids, past_key_values=DynamicCache(config=model.config), use_cache=True)
             prefill.append(time.perf_counter() - t0)
-    return {"decode": statistics.median(times), "prefill": statistics.median(prefill), "load": load,
-            "threads": torch.get_num_threads()}
+    return {"decode": statistics.median(times), "decode_cpu": statistics.median(cpu),
+            "prefill": statistics.median(prefill), "load": load, "threads": torch.get_num_threads()}
 
 
 def run_worker(kind, steps, profile, env):
@@ -185,8 +188,8 @@ def main(argv=None) -> int:
                 continue
             results[kind].append(result)
             print(f"rep {rep + 1}/{args.reps}  {kind:5s}  {result['decode'] * 1e3:6.1f} ms/token "
-                  f"({1 / result['decode']:5.1f} tokens/s)  prefill {LONG_PROMPT}: {result['prefill']:5.2f} s  "
-                  f"load {result['load']:5.1f} s")
+                  f"({1 / result['decode']:5.1f} tokens/s, CPU {result['decode_cpu'] * 1e3:6.1f} ms)  "
+                  f"prefill {LONG_PROMPT}: {result['prefill']:5.2f} s  load {result['load']:5.1f} s")
             for name, share in result.get("profile", []):
                 print(f"      {share:6.1%}  {name}")
 
@@ -203,6 +206,11 @@ def main(argv=None) -> int:
     ratio = med("numpy", "decode") / med("torch", "decode")
     print(f"per-token latency ratio NumPy / PyTorch: {ratio:.2f}  (target <= {TARGET_RATIO}); "
           f"prefill ratio {med('numpy', 'prefill') / med('torch', 'prefill'):.2f}")
+    print("per-repetition latency ratios:", " ".join(
+        f"{a['decode'] / b['decode']:.2f}" for a, b in zip(results["numpy"], results["torch"])))
+    if args.threads == 1:   # one thread each: CPU time is the measure least disturbed by other processes
+        print(f"CPU time per token, one thread each: NumPy {med('numpy', 'decode_cpu') * 1e3:.1f} ms, PyTorch "
+              f"{med('torch', 'decode_cpu') * 1e3:.1f} ms, ratio {med('numpy', 'decode_cpu') / med('torch', 'decode_cpu'):.2f}")
     return 0
 
 
