@@ -162,13 +162,15 @@ def test_float32_logits_match_transformers(lm32, reference32):
     worst = {}
     for n in LENGTHS:
         mine, theirs = lm32.model.forward(ids[:n]), ref_mod.reference_logits(model, ids[:n])
-        worst[n] = float(np.abs(mine - theirs).max())          # every position, all 49,152 logits
+        diff = np.abs(mine - theirs)                            # every position, all 49,152 logits
+        worst[n] = (float(diff.max()), int(np.sum(diff > 1e-4)))
         assert np.array_equal(mine.argmax(-1), theirs.argmax(-1)), n
     # Two float32 programs that sum in different orders: transformers' own float32 logits differ from
     # its float64 ones by up to 8.5e-5 (measured, |logits| <= ~40), so the two float32 sides can
-    # differ by up to about twice that. Measured here: 5e-5 to 1.04e-4 over these five lengths.
-    assert max(worst.values()) <= 2e-4, worst
-    assert sorted(worst.values())[len(worst) // 2] <= 1e-4, worst     # the median length: within 1e-4
+    # differ by up to about twice that. Measured here: max 2.6e-5 (1 token) to 1.04e-4, the largest at
+    # a single logit among the first 7 positions; all other logits within 1e-4.
+    assert max(w for w, _ in worst.values()) <= 2e-4, worst
+    assert max(c for _, c in worst.values()) <= 3, worst       # beyond 1e-4: at most 3 of up to 12.6 million logits
 
 
 @pytest.mark.torch
