@@ -12,7 +12,7 @@ append it, ask again. How the token is picked is the *sampling rule*:
 The rules compose in that order (temperature, then top-k, then top-p on the
 renormalised top-k distribution), the order Hugging Face ``generate`` uses.
 Temperature divides the logits *before* the softmax: dividing probabilities
-after it would change nothing once they are renormalised (theory.md §8).
+after it would change nothing once they are renormalised (theory.md §9.2).
 """
 
 from __future__ import annotations

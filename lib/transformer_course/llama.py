@@ -1,4 +1,4 @@
-"""A LLaMA-style decoder in NumPy: the blocks that replaced the 2017 ones (notebook 09; theory.md §9).
+"""A LLaMA-style decoder in NumPy: the blocks that replaced the 2017 ones (notebook 09; theory.md §10).
 
 One layer of a LLaMA-family model (SmolLM2, Llama 2/3, Mistral, Qwen share it)::
 

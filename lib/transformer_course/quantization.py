@@ -1,4 +1,4 @@
-"""Block quantisation as GGUF stores it: Q8_0 and Q4_1 (notebook 09; theory.md §9.1).
+"""Block quantisation as GGUF stores it: Q8_0 and Q4_1 (notebook 09; theory.md §10.1).
 
 A weight matrix is cut, row by row, into blocks of 32 consecutive numbers. Each block keeps a
 float16 scale (and for Q4_1 a float16 offset) and one small integer per number:
