@@ -12,3 +12,7 @@ bench: env ## benchmark NumPy attention against PyTorch; table + plot in bench/r
 
 bench-quick: env ## quick smoke run of the benchmark (small shapes)
 	$(PY) bench/run.py --quick
+
+.PHONY: bench-llm
+bench-llm: env ## SmolLM2-135M per-token latency and prefill, NumPy vs PyTorch (bench/llm_speed.py)
+	$(PY) bench/llm_speed.py

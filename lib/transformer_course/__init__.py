@@ -64,3 +64,14 @@ from . import backward, training  # noqa: E402
 from .loss import cross_entropy  # noqa: E402
 
 __all__ += ["backward", "cross_entropy", "training"]
+
+# (llama.KVCache, the cache of notebook 09's model, stays under its module: the top-level KVCache
+# is notebook 08's.)
+# Notebook 09: a LLaMA-style decoder (SmolLM2-135M from its GGUF file) and block quantisation.
+from .llama import Llama, LlamaConfig, apply_rope, grouped_query_attention, rms_norm, swiglu  # noqa: E402
+from .quantization import dequantize_q4_1, dequantize_q8_0, quantize_q4_1, quantize_q8_0  # noqa: E402
+
+__all__ += [
+    "Llama", "LlamaConfig", "apply_rope", "dequantize_q4_1", "dequantize_q8_0",
+    "grouped_query_attention", "quantize_q4_1", "quantize_q8_0", "rms_norm", "swiglu",
+]

@@ -1,4 +1,4 @@
-"""Backward passes: the gradient of a scalar loss L through each forward function (theory.md §10).
+"""Backward passes: the gradient of a scalar loss L through each forward function (theory.md §11).
 
 Every function here takes ``grad_output`` = dL/d(output of the forward) and returns dL/d(inputs),
 computed from quantities the forward had (its inputs, or its outputs where cheaper). They are grouped

@@ -1,4 +1,4 @@
-"""The next-token loss: mean cross-entropy between logits and the true tokens (theory.md §10.5).
+"""The next-token loss: mean cross-entropy between logits and the true tokens (theory.md §11.5).
 
     L = -(1/N) sum_i log softmax(z_i)[y_i] = (1/N) sum_i (logsumexp(z_i) - z_i[y_i])
 

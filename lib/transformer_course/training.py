@@ -1,5 +1,5 @@
 """Training a tiny decoder in NumPy: the model, its backward pass, AdamW, the data and the head scores
-(theory.md §10; notebook 10).
+(theory.md §11; notebook 10).
 
 The model (``TinyDecoder``) is a GPT-style decoder small enough to train in seconds on a laptop:
 

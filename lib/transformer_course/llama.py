@@ -1,0 +1,336 @@
+"""A LLaMA-style decoder in NumPy: the blocks that replaced the 2017 ones (notebook 09; theory.md §10).
+
+One layer of a LLaMA-family model (SmolLM2, Llama 2/3, Mistral, Qwen share it)::
+
+    h   = x + Attention(RMSNorm(x))          pre-norm, no biases
+    out = h + SwiGLU(RMSNorm(h))
+
+with, against the 2017 Transformer of notebooks 01-05:
+
+    RMSNorm(x)   = g * x / sqrt(mean(x^2) + eps)            (LayerNorm without centring or shift)
+    RoPE         q, k rotated pair by pair by the angle  pos * base^(-2i/d_head)   (no position
+                 vector added to the input: the rotation of notebook 04 applied to q and k, so
+                 q_m . k_n depends on m - n only)
+    SwiGLU(x)    = (silu(x W_gate) * (x W_up)) W_down       (a gated feed-forward; silu(z) = z sigmoid(z))
+    grouped-query attention: n_heads query heads share n_kv_heads key/value heads (each group of
+                 n_heads / n_kv_heads consecutive query heads reads one key/value head), so the
+                 KV cache is n_heads / n_kv_heads times smaller
+    tied embeddings: the output head is the token-embedding matrix, logits = h E^T
+
+Rotation convention: pairs of ADJACENT features (2i, 2i+1), as in notebook 04 and in llama.cpp's
+GGUF files (which store W_Q and W_K with their output features permuted for it). Hugging Face's
+checkpoints rotate the two HALVES (i, i + d/2) instead; the two conventions are the same model up
+to that permutation of W_Q's and W_K's output features.
+
+Weights are kept as the file stores them -- matrices (out, in), like ``nn.Linear`` -- and used as
+``x @ W.T``: a transposed view, no copy. Everything stays in the model's dtype (float32 or float64);
+the position tables are cast to it, so no float64 leaks into a float32 forward pass.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._checks import as_float_array, describe, positive_int
+from .softmax import softmax
+
+
+# ---------------------------------------------------------------------------
+# The blocks
+# ---------------------------------------------------------------------------
+def rms_norm(x, weight, eps: float = 1e-5) -> np.ndarray:
+    """RMSNorm (Zhang & Sennrich 2019): ``weight * x / sqrt(mean(x**2) + eps)`` over the last axis.
+
+    Args:
+        x: ``(..., d)``.
+        weight: the gain ``(d,)``.
+        eps: added to the mean square.
+
+    Returns:
+        ``(..., d)`` in ``x``'s dtype.
+    """
+    x = as_float_array(x, "x", min_ndim=1)
+    weight = as_float_array(weight, "weight", min_ndim=1)
+    if weight.shape != x.shape[-1:]:
+        raise ValueError(f"weight must have shape ({x.shape[-1]},) to match x's last axis, got shape {weight.shape}")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or eps <= 0:
+        raise ValueError(f"eps must be a positive number, got {describe(eps)}")
+    mean_square = np.mean(x * x, axis=-1, keepdims=True)                 # (..., 1)
+    return x / np.sqrt(mean_square + x.dtype.type(eps)) * weight.astype(x.dtype, copy=False)
+
+
+def rope_frequencies(d_head: int, base: float = 10000.0) -> np.ndarray:
+    """Angular frequency of each adjacent pair: ``base ** (-2i / d_head)``, ``(d_head // 2,)`` float64."""
+    d_head = positive_int(d_head, "d_head")
+    if d_head % 2:
+        raise ValueError(f"d_head must be even (features rotate in pairs), got {d_head}")
+    return base ** (-np.arange(0, d_head, 2) / d_head)
+
+
+def rope_tables(positions, d_head: int, base: float = 10000.0, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of ``position * frequency``: two ``(n, d_head // 2)`` arrays of ``dtype``.
+
+    The angles are computed in float64 and then cast: the tables never turn a float32
+    computation into a float64 one.
+    """
+    positions = np.asarray(positions)
+    if positions.ndim != 1 or not np.issubdtype(positions.dtype, np.integer):
+        raise ValueError(f"positions must be a 1-D array of integers, got {describe(positions)}")
+    angles = positions[:, None] * rope_frequencies(d_head, base)[None, :]     # (n, d_head/2)
+    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+
+
+def apply_rope(x, positions, base: float = 10000.0) -> np.ndarray:
+    """Rotate each adjacent pair ``(x[2i], x[2i+1])`` of the vector at position ``p`` by ``p * w_i``.
+
+        x'[2i]   = x[2i] cos(p w_i) - x[2i+1] sin(p w_i)
+        x'[2i+1] = x[2i] sin(p w_i) + x[2i+1] cos(p w_i)        w_i = base ** (-2i / d)
+
+    Args:
+        x: ``(..., n, d)`` with ``d`` even: queries or keys of one or more heads.
+        positions: ``(n,)`` integer positions of the n vectors.
+        base: the frequency base (10000 in the RoPE paper, 1e5 in SmolLM2).
+
+    Returns:
+        ``(..., n, d)`` in ``x``'s dtype. Lengths are kept, and ``apply_rope(q, [m]) .
+        apply_rope(k, [n])`` depends on ``m - n`` only.
+    """
+    x = as_float_array(x, "x", min_ndim=2)
+    n, d = x.shape[-2:]
+    positions = np.asarray(positions)
+    if positions.shape != (n,):
+        raise ValueError(f"positions must have shape ({n},), one per vector of x, got {describe(positions)}")
+    cos, sin = rope_tables(positions, d, base, x.dtype)                   # (n, d/2) each
+    return rotate_pairs(x, cos, sin)
+
+
+def rotate_pairs(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """The rotation itself, given the tables: ``x`` ``(..., n, d)``, ``cos``/``sin`` ``(n, d/2)``."""
+    even, odd = x[..., 0::2], x[..., 1::2]                               # (..., n, d/2) each
+    out = np.empty_like(x)
+    out[..., 0::2] = even * cos - odd * sin
+    out[..., 1::2] = even * sin + odd * cos
+    return out
+
+
+def silu(x) -> np.ndarray:
+    """``x * sigmoid(x) = x / (1 + exp(-x))`` element-wise (also called swish)."""
+    x = as_float_array(x, "x", min_ndim=0)
+    with np.errstate(over="ignore"):                # exp(-x) = inf for x << 0 gives x / inf = -0
+        return x / (1 + np.exp(-x))
+
+
+def swiglu(x, W_gate, W_up, W_down) -> np.ndarray:
+    """The gated feed-forward ``(silu(x W_gate^T) * (x W_up^T)) W_down^T``.
+
+    Args:
+        x: ``(..., d)``.
+        W_gate, W_up: ``(d_ff, d)``, stored (out, in).
+        W_down: ``(d, d_ff)``.
+
+    Returns:
+        ``(..., d)``.
+    """
+    x = as_float_array(x, "x", min_ndim=1)
+    gate = x @ W_gate.T                                                   # (..., d_ff)
+    up = x @ W_up.T                                                       # (..., d_ff)
+    return (silu(gate) * up) @ W_down.T                                   # (..., d)
+
+
+def grouped_query_attention(q, k, v, query_positions=None, return_weights: bool = False):
+    """Causal attention where groups of query heads share one key/value head.
+
+    Query head ``h`` reads key/value head ``h // (n_heads // n_kv_heads)``.
+
+    Args:
+        q: ``(n_heads, n_q, d)`` queries (already rotated).
+        k, v: ``(n_kv_heads, n_k, d)`` keys (rotated) and values, positions ``0..n_k-1``;
+            ``n_kv_heads`` must divide ``n_heads``.
+        query_positions: ``(n_q,)`` positions of the queries; default the last ``n_q`` positions,
+            ``n_k - n_q .. n_k - 1`` (the case with a KV cache). A query sees keys at positions
+            ``<=`` its own.
+        return_weights: also return the attention weights.
+
+    Returns:
+        ``(n_heads, n_q, d)``, and with ``return_weights`` the weights ``(n_heads, n_q, n_k)``.
+    """
+    q = as_float_array(q, "q", min_ndim=3)
+    k = as_float_array(k, "k", min_ndim=3)
+    v = as_float_array(v, "v", min_ndim=3)
+    n_heads, n_q, d = q.shape
+    n_kv, n_k, _ = k.shape
+    if q.ndim != 3 or k.ndim != 3 or k.shape[2] != d or v.shape != k.shape:
+        raise ValueError(f"expected q (n_heads, n_q, d) and k, v (n_kv_heads, n_k, d) with the same d; "
+                         f"got q {q.shape}, k {k.shape}, v {v.shape}")
+    if n_heads % n_kv:
+        raise ValueError(f"n_kv_heads = {n_kv} must divide n_heads = {n_heads}")
+    if query_positions is None:
+        query_positions = np.arange(n_k - n_q, n_k)
+    query_positions = np.asarray(query_positions)
+    if query_positions.shape != (n_q,):
+        raise ValueError(f"query_positions must have shape ({n_q},), got {describe(query_positions)}")
+    group = n_heads // n_kv
+
+    qg = q.reshape(n_kv, group * n_q, d)                                   # (n_kv, group*n_q, d): head h -> h // group
+    scores = (qg @ k.transpose(0, 2, 1)) * q.dtype.type(1 / np.sqrt(d))   # (n_kv, group*n_q, n_k)
+    scores = scores.reshape(n_kv, group, n_q, n_k)
+    future = np.arange(n_k)[None, :] > query_positions[:, None]           # (n_q, n_k): keys after the query
+    scores = np.where(future, -np.inf, scores).astype(q.dtype, copy=False)
+    weights = softmax(scores, axis=-1)                                     # (n_kv, group, n_q, n_k)
+    out = weights.reshape(n_kv, group * n_q, n_k) @ v                      # (n_kv, group*n_q, d)
+    out = out.reshape(n_heads, n_q, d)
+    if return_weights:
+        return out, weights.reshape(n_heads, n_q, n_k)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LlamaConfig:
+    """The shape of a LLaMA-style model (for SmolLM2-135M: 30, 576, 9, 3, 1536, 49152, 1e5, 1e-5)."""
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    d_ff: int
+    vocab_size: int
+    rope_base: float
+    eps: float
+    context_length: int = 8192
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+
+# GGUF tensor names of layer L, relative to "blk.L.": matrices (out, in), norms (d,)
+LAYER_TENSORS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
+
+
+class KVCache:
+    """Keys and values of every layer for the positions seen so far.
+
+    ``keys[l]`` and ``values[l]``: ``(n_kv_heads, capacity, d_head)``; positions ``0..length-1`` are
+    filled. Memory: ``2 * n_layers * n_kv_heads * d_head * capacity`` numbers -- ``n_heads /
+    n_kv_heads`` times less than one key/value head per query head would need.
+    """
+
+    def __init__(self, config: LlamaConfig, capacity: int, dtype=np.float32):
+        capacity = positive_int(capacity, "capacity")
+        shape = (config.n_layers, config.n_kv_heads, capacity, config.d_head)
+        self.keys = np.zeros(shape, dtype=dtype)
+        self.values = np.zeros(shape, dtype=dtype)
+        self.capacity = capacity
+        self.length = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.nbytes + self.values.nbytes
+
+
+class Llama:
+    """A LLaMA-style decoder from a dict of GGUF-named float arrays.
+
+    ``weights``: ``"token_embd.weight"`` ``(V, d)`` (also the output head: tied),
+    ``"output_norm.weight"`` ``(d,)``, and for every layer L the ``"blk.L.<name>.weight"`` of
+    :data:`LAYER_TENSORS`. W_Q and W_K are in GGUF's order (adjacent-pair RoPE).
+    """
+
+    def __init__(self, config: LlamaConfig, weights: dict, dtype=np.float32):
+        self.config = config
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.float32, np.float64):
+            raise ValueError(f"dtype must be float32 or float64, got {describe(dtype)}")
+        missing = [f"blk.{L}.{n}.weight" for L in range(config.n_layers) for n in LAYER_TENSORS
+                   if f"blk.{L}.{n}.weight" not in weights]
+        missing += [n for n in ("token_embd.weight", "output_norm.weight") if n not in weights]
+        if missing:
+            raise KeyError(f"weights lacks {len(missing)} tensor(s), e.g. {missing[:3]}")
+        cast = lambda a: np.asarray(a).astype(self.dtype, copy=False)   # noqa: E731
+        self.embedding = cast(weights["token_embd.weight"])                     # (V, d)
+        if self.embedding.shape != (config.vocab_size, config.d_model):
+            raise ValueError(f"token_embd.weight must have shape {(config.vocab_size, config.d_model)}, "
+                             f"got {self.embedding.shape}")
+        self.final_norm = cast(weights["output_norm.weight"])                   # (d,)
+        self.layers = [{name: cast(weights[f"blk.{L}.{name}.weight"]) for name in LAYER_TENSORS}
+                       for L in range(config.n_layers)]
+
+    def new_cache(self, capacity: int = 1024) -> KVCache:
+        return KVCache(self.config, capacity, self.dtype)
+
+    def forward(self, ids, cache: KVCache | None = None, return_weights: bool = False):
+        """Logits for every new token, using and extending ``cache`` when given.
+
+        Args:
+            ids: ``(n,)`` token ids; with a cache they sit at positions ``cache.length ..
+                cache.length + n - 1``, else at ``0..n-1``.
+            cache: a :class:`KVCache` (updated in place) or None.
+            return_weights: also return each layer's attention weights.
+
+        Returns:
+            logits ``(n, V)``; with ``return_weights`` also a list of ``n_layers`` arrays
+            ``(n_heads, n, n_k)``.
+        """
+        cfg = self.config
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"ids must be a non-empty 1-D array of integers, got {describe(ids)}")
+        if ids.min() < 0 or ids.max() >= cfg.vocab_size:
+            raise ValueError(f"ids must lie in 0..{cfg.vocab_size - 1}, got {ids.min()}..{ids.max()}")
+        start = 0 if cache is None else cache.length
+        n = ids.size
+        if cache is not None and start + n > cache.capacity:
+            raise ValueError(f"the cache holds {cache.capacity} positions; {start} used, {n} more requested")
+        positions = np.arange(start, start + n)
+        cos, sin = rope_tables(positions, cfg.d_head, cfg.rope_base, self.dtype)   # (n, d_head/2)
+
+        x = self.embedding[ids]                                          # (n, d)
+        all_weights = []
+        for L, w in enumerate(self.layers):
+            h = rms_norm(x, w["attn_norm"], cfg.eps)                     # (n, d)
+            q = (h @ w["attn_q"].T).reshape(n, cfg.n_heads, cfg.d_head).transpose(1, 0, 2)      # (H, n, dh)
+            k = (h @ w["attn_k"].T).reshape(n, cfg.n_kv_heads, cfg.d_head).transpose(1, 0, 2)   # (Hkv, n, dh)
+            v = (h @ w["attn_v"].T).reshape(n, cfg.n_kv_heads, cfg.d_head).transpose(1, 0, 2)   # (Hkv, n, dh)
+            q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
+            if cache is not None:                                        # append, then read all positions
+                cache.keys[L, :, start:start + n] = k
+                cache.values[L, :, start:start + n] = v
+                k = cache.keys[L, :, :start + n]                         # (Hkv, n_k, dh)
+                v = cache.values[L, :, :start + n]
+            attn = grouped_query_attention(q, k, v, positions, return_weights)
+            if return_weights:
+                attn, weights = attn
+                all_weights.append(weights)
+            attn = attn.transpose(1, 0, 2).reshape(n, cfg.d_model)      # (n, H*dh) = (n, d)
+            x = x + attn @ w["attn_output"].T
+            h = rms_norm(x, w["ffn_norm"], cfg.eps)
+            x = x + swiglu(h, w["ffn_gate"], w["ffn_up"], w["ffn_down"])
+        if cache is not None:
+            cache.length = start + n
+        logits = rms_norm(x, self.final_norm, cfg.eps) @ self.embedding.T    # (n, V): tied head
+        return (logits, all_weights) if return_weights else logits
+
+    def step_function(self, cache: KVCache):
+        """``step(ids) -> logits (V,)`` for ``generation.generate``: feeds the ids the cache has not seen."""
+        def step(ids):
+            ids = np.asarray(ids)
+            return self.forward(ids[cache.length:], cache)[-1]
+        return step
+
+    def generate_greedy(self, prompt_ids, n_new: int, use_cache: bool = True) -> np.ndarray:
+        """Greedy decoding: ``prompt_ids`` then ``n_new`` argmax tokens; without the cache every
+        step runs the whole sequence again (the slow way; the result must be identical)."""
+        from .generation import generate
+
+        prompt_ids = np.asarray(prompt_ids)
+        if use_cache:
+            step = self.step_function(self.new_cache(prompt_ids.size + n_new))
+        else:
+            step = lambda ids: self.forward(ids)[-1]                      # noqa: E731
+        return generate(step, prompt_ids, n_new, temperature=0.0)
