@@ -12,10 +12,12 @@ draw. Every registered case must belong to a declared exercise, so a notebook ad
 has to declare its coverage too.
 
 Situations (detected by ``situations`` below):
-  rankN          the main input (x, Q, X, weights, p, scores, ...) has N dimensions
-  self / cross   n_q == n_k / n_q != n_k (Q and K given; X alone is self-attention)
+  rankN          the main input (x, Q, X, weights, p, scores, raw bytes, ...) has N dimensions
+  self / cross   n_q == n_k / n_q != n_k (Q and K given, or grouped-query q and k; X alone is
+                 self-attention)
   fully_masked   a query row with no visible key (boolean mask or `allowed` all False, an
-                 additive mask or scores all -inf, a padding attention_mask row of zeros)
+                 additive mask or scores all -inf, a padding attention_mask row of zeros, a
+                 softmax output p that is 0 along its whole axis)
   saturated      a row of the distribution the exercise computes with a weight >= 0.999
   max_first_block / max_later_block   (tiled attention) a row whose largest score is in the
                  first block of keys (the running max never moves: scores that fall) / in a
@@ -34,7 +36,7 @@ import transformer_course.grading as grading
 from transformer_course.grading import CASES, hidden_case
 from transformer_course.softmax import softmax
 
-MAIN = ("x", "Q", "X", "weights", "p", "scores", "logits", "states", "input_ids", "k")
+MAIN = ("x", "Q", "X", "weights", "p", "scores", "logits", "states", "input_ids", "q", "k", "raw", "token_ids")
 SEEDS = range(5)
 
 
@@ -67,6 +69,15 @@ def _distributions(inputs):
             mask = np.asarray(mask)
             s = np.where(mask, s, -np.inf) if mask.dtype == bool else s + mask
         return [softmax(s)]
+    if "q" in inputs and "k" in inputs:                 # grouped-query, causal, queries at the last positions
+        q, k = np.asarray(inputs["q"], float), np.asarray(inputs["k"], float)
+        k = np.repeat(k, q.shape[0] // k.shape[0], axis=0)              # (n_heads, n_k, d)
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+        seen = np.arange(n_k)[None, :] <= (n_k - n_q + np.arange(n_q))[:, None]
+        return [softmax(np.where(seen, s, -np.inf))]
+    if "p" in inputs and "axis" in inputs:
+        return [np.moveaxis(np.asarray(inputs["p"], float), inputs["axis"], -1)]
     if "x" in inputs and "axis" in inputs:
         return [np.moveaxis(softmax(np.asarray(inputs["x"], float), axis=inputs["axis"]), inputs["axis"], -1)]
     for name in ("scores", "logits"):
@@ -80,8 +91,9 @@ def situations(inputs):
     main = next((inputs[k] for k in MAIN if isinstance(inputs.get(k), np.ndarray)), None)
     if main is not None:
         tags.add(f"rank{main.ndim}")
-    if "Q" in inputs and "K" in inputs:
-        tags.add("self" if inputs["Q"].shape[-2] == inputs["K"].shape[-2] else "cross")
+    pair = next(((q, k) for q, k in (("Q", "K"), ("q", "k")) if q in inputs and k in inputs), None)
+    if pair:
+        tags.add("self" if inputs[pair[0]].shape[-2] == inputs[pair[1]].shape[-2] else "cross")
     elif "X" in inputs:
         tags.add("self")
     elif "memory" in inputs and "x" in inputs:
@@ -99,6 +111,10 @@ def situations(inputs):
             axis = inputs.get("axis", -1)
             if _rows_all(np.moveaxis(x, axis, -1), np.isneginf):
                 tags.add("fully_masked")
+    p = inputs.get("p")
+    if isinstance(p, np.ndarray) and p.dtype.kind == "f" and _rows_all(np.moveaxis(p, inputs.get("axis", -1), -1),
+                                                                        lambda a: a == 0):
+        tags.add("fully_masked")
     am = inputs.get("attention_mask")
     if isinstance(am, np.ndarray) and np.any(am == 0):
         tags.add("padding")
@@ -151,3 +167,12 @@ def test_the_detector_sees_each_situation():
     assert {"saturated", "max_later_block"} <= situations({"Q": Q, "K": K, "V": K, "block_size": 2})
     assert "max_first_block" in situations({"Q": Q, "K": K[..., ::-1, :], "V": K, "block_size": 2})
     assert situations({"x": np.array([[0.0, -np.inf], [-np.inf, -np.inf]]), "axis": -1}) >= {"rank2", "fully_masked"}
+    # grouped-query attention: 4 query heads on 2 key/value heads, a prompt (causal: query 0 sees key 0 only)
+    q, k = np.zeros((4, 3, 2)), np.zeros((2, 3, 2))
+    assert situations({"q": q, "k": k, "v": k}) == {"rank3", "self", "saturated"}
+    assert situations({"q": q[:, 1:], "k": k, "v": k}) == {"rank3", "cross"}
+    # a softmax output along axis 0 with one column of zeros (a fully masked query)
+    p = np.array([[0.5, 0.0], [0.5, 0.0]])
+    assert situations({"p": p, "grad_p": p, "axis": 0}) == {"rank2", "fully_masked"}
+    assert situations({"p": p, "grad_p": p, "axis": -1}) == {"rank2"}
+    assert situations({"raw": np.zeros((2, 3, 34), np.uint8)}) == {"rank3"}

@@ -28,6 +28,11 @@ def softmax_backward(p, grad_p):
     J = np.diag(p.reshape(-1)) - np.outer(p.reshape(-1), p.reshape(-1))
     return (J @ grad_p.reshape(-1)).reshape(p.shape)
 '''},
+    "softmax backward renormalising p first (a fully masked row becomes NaN)": {"softmax_backward": '''
+def softmax_backward(p, grad_p):
+    q = p / p.sum(axis=-1, keepdims=True)
+    return q * (grad_p - np.sum(grad_p * q, axis=-1, keepdims=True))
+'''},
     # -- attention_backward -----------------------------------------------------------
     "attention backward without the 1/sqrt(d_k)": {"attention_backward": '''
 def attention_backward(grad_output, Q, K, V, mask=None):
@@ -85,6 +90,13 @@ def attention_backward(grad_output, Q, K, V, mask=None):
     dV = P.T @ grad_output
     dS = softmax_backward(P, grad_output @ V.T) / np.sqrt(Q.shape[-1])
     return dS @ K, dS.T @ Q, dV
+'''},
+    "attention backward written for (batch, heads, n, d) only (swapaxes(2, 3))": {"attention_backward": '''
+def attention_backward(grad_output, Q, K, V, mask=None):
+    _, P = scaled_dot_product_attention(Q, K, V, mask)
+    dV = np.swapaxes(P, 2, 3) @ grad_output
+    dS = softmax_backward(P, grad_output @ np.swapaxes(V, 2, 3)) / np.sqrt(Q.shape[-1])
+    return dS @ K, np.swapaxes(dS, 2, 3) @ Q, dV
 '''},
     # -- layer_norm_backward ----------------------------------------------------------
     "layer-norm backward without the mean(g) term": {"layer_norm_backward": '''
@@ -148,6 +160,14 @@ def layer_norm_backward(grad_output, x, gamma, eps=1e-5):
     dx = r * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))
     return dx, (grad_output * xhat).sum(0), grad_output.sum(0)
 '''},
+    "layer-norm backward with dgamma, dbeta summed over axes (0, 1) (batched inputs only)": {"layer_norm_backward": '''
+def layer_norm_backward(grad_output, x, gamma, eps=1e-5):
+    c = x - x.mean(-1, keepdims=True)
+    r = 1 / np.sqrt((c ** 2).mean(-1, keepdims=True) + eps)
+    xhat, g = c * r, grad_output * gamma
+    dx = r * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))
+    return dx, (grad_output * xhat).sum((0, 1)), grad_output.sum((0, 1))
+'''},
     # -- feed_forward_backward --------------------------------------------------------
     "feed-forward backward with the tanh-GELU derivative": {"feed_forward_backward": '''
 def feed_forward_backward(grad_output, x, W_1, b_1, W_2, b_2):
@@ -202,6 +222,17 @@ def feed_forward_backward(grad_output, x, W_1, b_1, W_2, b_2):
     pdf = np.exp(-0.5 * u ** 2) / np.sqrt(2 * np.pi)
     du = (dy @ W_2.T) * (cdf + u * pdf)
     return (du @ W_1.T).reshape(x.shape), rows.T @ du, du.sum(0), u.T @ dy, dy.sum(0)
+'''},
+    "feed-forward backward for (batch, n, d) only (rows = b * n from the first two axes)": {"feed_forward_backward": '''
+from scipy.special import erf
+def feed_forward_backward(grad_output, x, W_1, b_1, W_2, b_2):
+    b, n, d = x.shape[0], x.shape[1], x.shape[-1]
+    rows, dy = x.reshape(b * n, d), grad_output.reshape(b * n, d)
+    u = rows @ W_1 + b_1
+    cdf = 0.5 * (1 + erf(u / np.sqrt(2)))
+    pdf = np.exp(-0.5 * u ** 2) / np.sqrt(2 * np.pi)
+    du = (dy @ W_2.T) * (cdf + u * pdf)
+    return (du @ W_1.T).reshape(x.shape), rows.T @ du, du.sum(0), (u * cdf).T @ dy, dy.sum(0)
 '''},
     # -- cross_entropy_backward -------------------------------------------------------
     "cross-entropy backward without the 1/N of the mean": {"cross_entropy_backward": '''

@@ -119,3 +119,20 @@ CASES["llm.gqa_prefill"] = Case(lambda rng: _gqa_inputs(rng, True), _gqa_ref, ("
                                 description="n_q = n_k: a causal prompt; 2-3 kv heads, groups of 2-3")
 CASES["llm.gqa_cached"] = Case(lambda rng: _gqa_inputs(rng, False), _gqa_ref, ("out",),
                                description="n_q < n_k: new queries at the last positions of the cache")
+
+
+# What each exercise's docstring promises, checked by tests/test_hidden_case_coverage.py: the
+# dequantisers take raw bytes of any leading shape; RMSNorm, SwiGLU any (..., d); RoPE (..., n, d);
+# grouped-query attention a prompt (n_q = n_k) and new queries against a longer cache (n_q < n_k).
+COVERAGE = {
+    "dequantize_q8_0": {"cases": ("llm.dequantize_q8_0", "llm.dequantize_q8_0_1d", "llm.dequantize_q8_0_3d"),
+                        "requires": {"rank1", "rank2", "rank3"}},
+    "dequantize_q4_1": {"cases": ("llm.dequantize_q4_1", "llm.dequantize_q4_1_1d", "llm.dequantize_q4_1_3d"),
+                        "requires": {"rank1", "rank2", "rank3"}},
+    "rms_norm": {"cases": ("llm.rms_norm_1d", "llm.rms_norm_2d", "llm.rms_norm_3d"),
+                 "requires": {"rank1", "rank2", "rank3"}},
+    "apply_rope": {"cases": ("llm.rope_heads", "llm.rope_2d"), "requires": {"rank2", "rank3"}},
+    "swiglu": {"cases": ("llm.swiglu", "llm.swiglu_3d"), "requires": {"rank2", "rank3"}},
+    "grouped_query_attention": {"cases": ("llm.gqa_prefill", "llm.gqa_cached"),
+                                "requires": {"rank3", "self", "cross", "saturated"}},
+}
