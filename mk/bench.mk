@@ -1,18 +1,29 @@
-# NumPy attention against PyTorch on this machine (bench/run.py; see its docstring).
+# Speed against PyTorch on this machine; bench/README.md shows the latest results.
 # Included by the top-level Makefile, which defines PY and `env`.
 #
-#   make bench         full run (~5 min): prints the table, writes bench/results/latest.{md,json,png}
-#                      and copies the table and the targets into README.md (between its markers)
-#   make bench-quick   smoke run (small shapes, a few seconds per row), writes nothing
+#   make bench         everything below, one after the other (~10 min)
+#   make bench-attention  attention cores, multi-head attention, GEMM, memory (bench/run.py, ~5 min):
+#                      writes bench/results/latest.{md,json,png} and the table in bench/README.md
+#   make bench-llm     SmolLM2-135M per-token latency and prefill (bench/llm_speed.py, ~3 min):
+#                      bench/results/llm_speed.txt
+#   make bench-train   one training step of notebook 10's model (bench/train_step_speed.py, ~1 min):
+#                      bench/results/train_step.txt
+#   make bench-quick   smoke run of bench/run.py (small shapes, a few seconds per row), writes nothing
 
-.PHONY: bench bench-quick
+.PHONY: bench bench-attention bench-llm bench-train bench-quick
 
-bench: env ## benchmark NumPy attention against PyTorch; table + plot in bench/results/
+bench: bench-attention bench-llm bench-train ## all speed measurements against PyTorch; results in bench/results/, summary in bench/README.md
+
+bench-attention: env ## attention and multi-head attention against PyTorch; table + plot in bench/results/
 	$(PY) bench/run.py
+
+bench-llm: env ## SmolLM2-135M per-token latency and prefill, NumPy vs PyTorch (bench/llm_speed.py)
+	$(PY) bench/llm_speed.py > bench/results/llm_speed.txt.tmp && mv bench/results/llm_speed.txt.tmp bench/results/llm_speed.txt
+	cat bench/results/llm_speed.txt
+
+bench-train: env ## one training step of notebook 10's model, NumPy vs PyTorch (bench/train_step_speed.py)
+	$(PY) bench/train_step_speed.py > bench/results/train_step.txt.tmp && mv bench/results/train_step.txt.tmp bench/results/train_step.txt
+	cat bench/results/train_step.txt
 
 bench-quick: env ## quick smoke run of the benchmark (small shapes)
 	$(PY) bench/run.py --quick
-
-.PHONY: bench-llm
-bench-llm: env ## SmolLM2-135M per-token latency and prefill, NumPy vs PyTorch (bench/llm_speed.py)
-	$(PY) bench/llm_speed.py

@@ -39,6 +39,9 @@ ALLOWED = {
     ("07_pretrained_minilm", "nb07-004", "10^{-5}"): "PyTorch's default layer-norm epsilon, a constant",
     ("07_pretrained_minilm", "nb07-028", "10^{-6}"): "the written question quotes tests/test_pretrained_minilm.py",
     ("07_pretrained_minilm", "nb07-028", "10^{-15}"): "the written question quotes tests/test_pretrained_minilm.py",
+    ("09_llm", "b505b114", "10^{-8}"): "float32's unit round-off 2^-24 = 6e-8, a constant in the error estimate",
+    ("09_llm", "56f0e37d", "10.8"): "ln 49152, derived in the sentence itself",
+    ("10_learning", "bce8e7a8", "10^{-10}"): "quotes TORCH_TOL of tests/test_backward.py and tests/test_training.py",
 }
 
 

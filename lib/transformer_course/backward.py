@@ -234,6 +234,6 @@ def cross_entropy_backward(logits, targets) -> np.ndarray:
     y = check_targets(targets, z.shape)
     z = z - z.max(axis=-1, keepdims=True)
     p = np.exp(z)
-    p /= p.sum(axis=-1, keepdims=True)                    # softmax(z): (..., V)
+    p = p / p.sum(axis=-1, keepdims=True)                 # softmax(z): (..., V)
     np.put_along_axis(p, y[..., None], np.take_along_axis(p, y[..., None], axis=-1) - 1.0, axis=-1)
     return p / y.size

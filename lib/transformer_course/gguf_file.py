@@ -61,13 +61,13 @@ class _Cursor:
 
     def scalar(self, fmt):
         (value,) = struct.unpack_from(fmt, self.buffer, self.pos)
-        self.pos += struct.calcsize(fmt)
+        self.pos = self.pos + struct.calcsize(fmt)
         return value
 
     def string(self):
         n = self.scalar("<Q")
         text = bytes(self.buffer[self.pos:self.pos + n]).decode("utf-8")
-        self.pos += n
+        self.pos = self.pos + n
         return text
 
     def value(self, kind):
@@ -79,7 +79,7 @@ class _Cursor:
                 return [self.string() for _ in range(count)]
             if element in NUMPY_OF:                                    # numbers: one read
                 out = np.frombuffer(self.buffer, NUMPY_OF[element], count, self.pos)
-                self.pos += out.nbytes
+                self.pos = self.pos + out.nbytes
                 return out.tolist()
             return [self.value(element) for _ in range(count)]
         if kind not in SCALARS:

@@ -249,7 +249,7 @@ class Llama:
             raise ValueError(f"dtype must be float32 or float64, got {describe(dtype)}")
         missing = [f"blk.{L}.{n}.weight" for L in range(config.n_layers) for n in LAYER_TENSORS
                    if f"blk.{L}.{n}.weight" not in weights]
-        missing += [n for n in ("token_embd.weight", "output_norm.weight") if n not in weights]
+        missing = missing + [n for n in ("token_embd.weight", "output_norm.weight") if n not in weights]
         if missing:
             raise KeyError(f"weights lacks {len(missing)} tensor(s), e.g. {missing[:3]}")
         cast = lambda a: np.asarray(a).astype(self.dtype, copy=False)   # noqa: E731

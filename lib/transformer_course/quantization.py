@@ -98,7 +98,8 @@ def quantize_q8_0(x) -> np.ndarray:
     """
     v = _float_blocks(x)                                              # (..., n_blocks, 32)
     d = (np.abs(v).max(axis=-1, keepdims=True) / 127).astype(np.float16)
-    inv = np.divide(1, d.astype(np.float32), out=np.zeros(d.shape, np.float32), where=d != 0)
+    scale = d.astype(np.float32)
+    inv = 1 / np.where(scale != 0, scale, 1)                          # an all-zero block: any scale gives q = 0
     q = np.clip(np.rint(v * inv), -127, 127).astype(np.int8)          # (..., n_blocks, 32)
     out = np.concatenate([d.view(np.uint8), q.view(np.uint8)], axis=-1)   # (..., n_blocks, 34)
     return out.reshape(*v.shape[:-2], -1)
@@ -116,7 +117,8 @@ def quantize_q4_1(x) -> np.ndarray:
     v = _float_blocks(x)                                              # (..., n_blocks, 32)
     m = v.min(axis=-1, keepdims=True).astype(np.float16)
     d = ((v.max(axis=-1, keepdims=True) - m) / 15).astype(np.float16)
-    inv = np.divide(1, d.astype(np.float32), out=np.zeros(d.shape, np.float32), where=d != 0)
+    scale = d.astype(np.float32)
+    inv = 1 / np.where(scale != 0, scale, 1)                          # a constant block: any scale gives q = 0
     q = np.clip(np.rint((v - m.astype(np.float32)) * inv), 0, 15).astype(np.uint8)
     packed = q[..., :16] | (q[..., 16:] << 4)                         # (..., n_blocks, 16)
     out = np.concatenate([d.view(np.uint8), m.view(np.uint8), packed], axis=-1)   # (..., n_blocks, 20)

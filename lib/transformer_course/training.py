@@ -222,11 +222,12 @@ class AdamW:
         c1, c2 = 1 - b1 ** self.t, 1 - b2 ** self.t                        # bias corrections
         for k, p in self.params.items():
             g = grads[k]
-            if self.weight_decay:
-                p *= 1 - self.lr * self.weight_decay
+            decayed = p * (1 - self.lr * self.weight_decay)                  # decoupled weight decay
             self.m[k] = b1 * self.m[k] + (1 - b1) * g
             self.v[k] = b2 * self.v[k] + (1 - b2) * g * g
-            p -= (self.lr / c1) * self.m[k] / (np.sqrt(self.v[k]) / c2 ** 0.5 + self.eps)   # Python floats keep p's dtype
+            # p[...] = ...: the model holds these very arrays, so the update writes into them
+            # (Python floats keep p's dtype)
+            p[...] = decayed - (self.lr / c1) * self.m[k] / (np.sqrt(self.v[k]) / c2 ** 0.5 + self.eps)
 
 
 # -- data ----------------------------------------------------------------------------------------------
