@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from transformer_course import attention_scores, causal_mask, scaled_dot_product_attention, softmax
+from transformer_course.attention import lookup_query
 
 PROPS = settings(max_examples=30, deadline=None, database=None)
 elems = st.floats(-3, 3, allow_nan=False, allow_infinity=False, width=64)
@@ -350,3 +351,78 @@ def test_toy_embed_string_and_empty():
         embed("the cat")
     with pytest.raises(ValueError, match=r"tokens must not be empty"):
         embed([])
+
+
+# -- lookup_query (notebook 01, Exercise 3) ---------------------------------------------------
+def test_lookup_query_by_hand():
+    # Orthogonal keys of length 2 in d = 4, confidence 2/3: margin ln 2, scaled score of key 0 = q_0.
+    K = np.array([[2.0, 0, 0, 0], [0, 2.0, 0, 0]])
+    np.testing.assert_allclose(lookup_query(K, 0, 2 / 3), [math.log(2), 0, 0, 0], rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(lookup_query(K, -1, 2 / 3), [0, math.log(2), 0, 0], rtol=1e-14, atol=1e-15)
+
+
+def test_lookup_query_beats_the_naive_direction(rng):
+    K = rng.normal(size=(4, 7))
+    K[1] = 1.6 * K[2] + 0.3 * rng.normal(size=7)              # along K[2], key 1 scores highest
+    assert np.argmax(K @ K[2]) == 1
+    q = lookup_query(K, 2, 0.999)
+    w = softmax(K @ q / np.sqrt(7))
+    np.testing.assert_allclose(w, [0.001 / 3, 0.001 / 3, 0.999, 0.001 / 3], rtol=1e-9)
+
+
+@PROPS
+@given(data=st.data(), n=st.integers(2, 6), extra=st.integers(0, 4),
+       confidence=st.floats(0.05, 0.9999, allow_nan=False))
+def test_lookup_query_properties(data, n, extra, confidence):
+    d = n + extra
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    K = np.random.default_rng(seed).normal(size=(n, d)) * np.random.default_rng(seed + 1).uniform(0.3, 3.0, (n, 1))
+    if np.linalg.cond(K) > 1e4:                            # nearly dependent keys: precision, not the property
+        return
+    j = data.draw(st.integers(0, n - 1))
+    q = lookup_query(K, j, confidence)
+    s = K @ q / np.sqrt(d)
+    # scores: 0 for the others, m for key j; so key j's weight is exactly `confidence`.
+    scale = np.abs(s).max()
+    assert np.all(np.abs(np.delete(s, j)) <= 1e-9 * scale)
+    np.testing.assert_allclose(softmax(s)[j], confidence, rtol=1e-9)
+    # the shortest: q lies in the span of the keys, q = K^T a.
+    a = np.linalg.lstsq(K.T, q, rcond=None)[0]
+    assert np.linalg.norm(K.T @ a - q) <= 1e-9 * np.linalg.norm(q)
+
+
+@pytest.mark.parametrize("name, alternative", [
+    ("lstsq", lambda K, t: np.linalg.lstsq(K, t, rcond=None)[0]),
+    ("pinv", lambda K, t: np.linalg.pinv(K) @ t),
+    ("QR of K^T", lambda K, t: (lambda Q, R: Q @ np.linalg.solve(R.T, t))(*np.linalg.qr(K.T))),
+    ("normal equations K K^T", lambda K, t: K.T @ np.linalg.solve(K @ K.T, t)),
+])
+@pytest.mark.parametrize("seed", range(5))
+def test_lookup_query_hidden_cases_accept_correct_alternatives(name, alternative, seed):
+    from transformer_course.grading import hidden_case
+    for case_id in ("attention.lookup_query", "attention.lookup_query_square"):
+        case = hidden_case(case_id, seed=seed)
+        K, j, c = case.inputs["K"], case.inputs["j"], case.inputs["confidence"]
+        n, d = K.shape
+        t = np.zeros(n)
+        t[j] = np.sqrt(d) * np.log((n - 1) * c / (1 - c))
+        q = alternative(K, t)
+        case.check((q, softmax(K @ q / np.sqrt(d))))
+
+
+@pytest.mark.parametrize("args, exc, match", [
+    ((np.ones(4), 0), ValueError, r"K must have at least 2 dimension"),
+    ((np.ones((2, 3, 4)), 0), ValueError, r"K must be a 2-D array of keys \(n, d\), got shape \(2, 3, 4\)"),
+    ((np.eye(3)[:, :2], 0), ValueError, r"2 <= n <= d .* got shape \(3, 2\)"),
+    ((np.eye(4)[:1], 0), ValueError, r"2 <= n <= d .* got shape \(1, 4\)"),
+    ((np.array([[1.0, 0, 0], [2.0, 0, 0]]), 0), ValueError, r"linearly independent .* got rank 1"),
+    ((np.eye(3), 3), ValueError, r"j must index one of the n=3 keys, -3 <= j < 3, got 3"),
+    ((np.eye(3), 1.0), TypeError, r"j must be an integer index of a key, got float 1.0"),
+    ((np.eye(3), True), TypeError, r"j must be an integer index of a key, got bool True"),
+    ((np.eye(3), 0, 1.0), ValueError, r"confidence must be strictly between 0 and 1, got 1.0"),
+    ((np.eye(3), 0, 0.0), ValueError, r"confidence must be a positive number, got float 0.0"),
+    ((np.array([[1.0, np.nan], [0.0, 1.0]]), 0), ValueError, r"K contains NaN"),
+])
+def test_lookup_query_bad_input(args, exc, match):
+    with pytest.raises(exc, match=match):
+        lookup_query(*args)

@@ -38,10 +38,11 @@ from grader.trusted import sandbox  # noqa: E402
 pytestmark = pytest.mark.slow
 
 MANUAL = "needs manual grading"
-# student: (points out of 7, status, why). Autograded points: test_softmax 2 + test_sdpa 3;
+# student: (points out of 10, status, why). Autograded points: test_softmax 2 + test_sdpa 3 + test_lookup_query 3
+# (only alice solves lookup_query; everyone else leaves its stub, which scores 0);
 # the written answer (2) is graded by hand: only alice has a hand grade (demo_class/manual.csv).
 EXPECTED = {
-    "alice_correct": (7, "graded", "correct, written answer graded by hand"),
+    "alice_correct": (10, "graded", "correct, written answer graded by hand"),
     "bob_stub": (0, "graded", "untouched release: nothing passes; an unchanged written answer scores 0"),
     "carol_wrong_scale": (2, MANUAL, "softmax right, attention scaled by d_k"),
     "dave_edited_tests": (2, MANUAL, "edited test cells are the instructor's again"),
@@ -147,7 +148,7 @@ def test_points_and_status(graded, student):
     row = graded["rows"][student]
     assert (float(row["points"]), row["status"]) == (points, status), \
         f"{student} ({why}): got {row['points']} / {row['status']}: {row['details']}"
-    assert row["max_points"] == "7"
+    assert row["max_points"] == "10"
 
 
 def _output(graded, student):
@@ -265,7 +266,7 @@ def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path
     with Gradebook(db_url, course_id="demo") as gb:
         scores = {s.student.id: (s.score, s.needs_manual_grade) for s in gb.assignment_submissions("01_attention")}
         assert len(scores) == graded["run"]["submissions_run"] == 31 and len(gb.students) == len(EXPECTED)
-        assert scores["alice_correct"] == (7.0, False) and scores["bob_stub"] == (0.0, False)
+        assert scores["alice_correct"] == (10.0, False) and scores["bob_stub"] == (0.0, False)
         assert scores["carol_wrong_scale"] == (2.0, True)
         grade = gb.find_grade("written_values", "01_attention", "01_attention", "carol_wrong_scale")
         grade.manual_score = 1.5          # what formgrader's "save" does
@@ -317,4 +318,4 @@ def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path
     assert (rows["carol_wrong_scale"]["points"], rows["carol_wrong_scale"]["status"]) == ("3.5", "graded")
     carol_page = (graded["grades"] / "feedback" / "carol_wrong_scale" / "01_attention.html").read_text()
     assert "graded by hand: names both roles of a token" in carol_page      # the comment typed in formgrader
-    assert (rows["alice_correct"]["points"], rows["alice_correct"]["status"]) == ("7", "graded")
+    assert (rows["alice_correct"]["points"], rows["alice_correct"]["status"]) == ("10", "graded")

@@ -14,6 +14,7 @@ from transformer_course import (
     scaled_dot_product_attention,
     split_heads,
 )
+from transformer_course.multihead import head_bilinear_forms
 
 PROPS = settings(max_examples=25, deadline=None, database=None)
 elems = st.floats(-2, 2, allow_nan=False, allow_infinity=False, width=64)
@@ -403,3 +404,53 @@ def test_mask_that_does_not_broadcast_to_per_head_scores(rng):
         mha(rng.normal(size=(2, 4, 8)), mask=np.ones((3, 4), bool))
     with pytest.raises(ValueError, match=r"mask of shape \(3, 1, 1, 4\) does not broadcast to the score shape \(2, 2, 4, 4\)"):
         mha(rng.normal(size=(2, 4, 8)), mask=np.ones((3, 1, 1, 4), bool))
+
+
+# -- head_bilinear_forms (notebook 03, Exercise 3) -------------------------------------------
+def test_bilinear_forms_by_hand():
+    # d_model = 4, 2 heads of width 2: head 0 reads feature 0 (query) against feature 3 (key).
+    W_Q, W_K = np.zeros((4, 4)), np.zeros((4, 4))
+    W_Q[0, 1], W_K[3, 1] = 1.0, 2.0
+    A = head_bilinear_forms(W_Q, W_K, 2)
+    want = np.zeros((2, 4, 4))
+    want[0, 0, 3] = 2.0 / np.sqrt(2)
+    np.testing.assert_allclose(A, want, rtol=1e-15, atol=0)
+
+
+@PROPS
+@given(data=st.data(), n_heads=st.integers(1, 4), d_head=st.integers(1, 4), n=st.integers(1, 5))
+def test_bilinear_forms_reproduce_each_heads_scores(data, n_heads, d_head, n):
+    d_model = n_heads * d_head
+    W_Q = data.draw(arrays(np.float64, (d_model, d_model), elements=elems))
+    W_K = data.draw(arrays(np.float64, (d_model, d_model), elements=elems))
+    X = data.draw(arrays(np.float64, (2, n, d_model), elements=elems))
+    A = head_bilinear_forms(W_Q, W_K, n_heads)
+    assert A.shape == (n_heads, d_model, d_model)
+    mha = MultiHeadAttention(d_model, n_heads, rng=np.random.default_rng(0), bias=False)
+    mha.set_weights(W_Q, W_K, np.eye(d_model), np.eye(d_model))
+    scores = split_heads(X @ W_Q, n_heads) @ np.swapaxes(split_heads(X @ W_K, n_heads), -1, -2) / np.sqrt(d_head)
+    # (2, 1, n, d) @ (h, d, d) @ (2, 1, d, n) -> (2, h, n, n). Entries of X and W are <= 2 and d_model <= 16,
+    # so every score and partial sum is <= 4 * 16^3 = 16384; rounding over ~2 * 16^2 products stays below
+    # 16384 * 512 * 1.1e-16 ~ 1e-9 (the atol).
+    got = X[:, None] @ A @ np.swapaxes(X, -1, -2)[:, None]
+    np.testing.assert_allclose(got, scores, rtol=1e-9, atol=1e-9)
+    with np.errstate(all="ignore"):
+        weights = mha(X)[1]
+    e = np.exp(got - got.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(e / e.sum(axis=-1, keepdims=True), weights, rtol=1e-9, atol=1e-12)
+    # rank at most d_head; one head of width d_model adds the forms (scale sqrt(d_head / d_model)).
+    assert np.all(np.linalg.matrix_rank(A) <= d_head)
+    np.testing.assert_allclose(head_bilinear_forms(W_Q, W_K, 1)[0], A.sum(axis=0) * np.sqrt(d_head / d_model),
+                               rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("args, exc, match", [
+    ((np.eye(4), np.eye(4), 3), ValueError, r"d_model=4 of x must be divisible by n_heads=3"),
+    ((np.eye(4), np.eye(4), 0), ValueError, r"n_heads must be a positive integer, got 0"),
+    ((np.ones((4, 2)), np.ones((4, 2)), 2), ValueError, r"W_Q must be a square \(d_model, d_model\) matrix, got shape \(4, 2\)"),
+    ((np.eye(4), np.eye(6), 2), ValueError, r"W_K must have shape \(4, 4\), got shape \(6, 6\)"),
+    ((np.full((4, 4), np.inf), np.eye(4), 2), ValueError, r"W_Q contains \+inf"),
+])
+def test_bilinear_forms_bad_input(args, exc, match):
+    with pytest.raises(exc, match=match):
+        head_bilinear_forms(*args)

@@ -4,13 +4,25 @@
 
 Four steps: score every query against every key, scale by 1/sqrt(d_k), mask,
 normalise each row with a softmax and blend the values with those weights.
+:func:`lookup_query` runs the lookup backwards: it designs the query that
+retrieves one given key with a given weight.
 """
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-from ._checks import check_finite, check_mask, check_qk, check_qkv  # noqa: F401 (check_mask: also used from here)
+from ._checks import (  # noqa: F401 (check_mask: also used from here)
+    check_array,
+    check_finite,
+    check_mask,
+    check_qk,
+    check_qkv,
+    describe,
+    positive_float,
+)
 from .softmax import softmax
 
 
@@ -64,3 +76,52 @@ def apply_mask(scores: np.ndarray, mask) -> np.ndarray:
         return np.where(mask, scores, -np.inf).astype(scores.dtype, copy=False)
     check_finite(mask, "mask", allow_neg_inf=True)
     return scores + mask.astype(scores.dtype, copy=False)
+
+
+def lookup_query(K, j: int, confidence: float = 0.99) -> np.ndarray:
+    """The shortest query that retrieves key ``j`` with weight exactly ``confidence`` (notebook 01).
+
+    Attention scores are linear in the query, so a query can be designed: ask for the scaled
+    scores ``s = K q / sqrt(d)`` to be ``m`` for key ``j`` and ``0`` for every other key. The
+    softmax of that row gives key ``j`` the weight ``e^m / (e^m + n - 1)``, which equals
+    ``confidence`` for the margin
+
+        m = ln((n - 1) * confidence / (1 - confidence)).
+
+    ``K q = sqrt(d) * m * e_j`` is ``n`` equations in ``d >= n`` unknowns; of its solutions the
+    shortest lies in the span of the keys, ``q = K^T a`` with ``(K K^T) a = sqrt(d) m e_j``
+    (what ``np.linalg.lstsq`` returns). The plain ``q = c * K[j]`` fails whenever another key
+    has a larger dot product with ``K[j]`` than ``K[j]`` itself (a longer key nearby).
+
+    Args:
+        K: keys ``(n, d)``, ``2 <= n <= d``, rows linearly independent (else no query sets
+            the n scores independently: ``ValueError``).
+        j: index of the key to retrieve, ``0 <= j < n`` (negative indices count from the end).
+        confidence: the weight key ``j`` must get, ``0 < confidence < 1``.
+
+    Returns:
+        ``q`` ``(d,)`` with ``softmax(K q / sqrt(d))[j] == confidence`` and the weight
+        ``(1 - confidence) / (n - 1)`` on every other key.
+    """
+    K = check_array(K, "K", min_ndim=2)
+    if K.ndim != 2:
+        raise ValueError(f"K must be a 2-D array of keys (n, d), got shape {K.shape}")
+    n, d = K.shape
+    if not 2 <= n <= d:
+        raise ValueError(f"K must have 2 <= n <= d keys (n, d) so that every score can be set, got shape {K.shape}")
+    if isinstance(j, (bool, np.bool_)) or not isinstance(j, numbers.Integral):
+        raise TypeError(f"j must be an integer index of a key, got {describe(j)}")
+    if not -n <= j < n:
+        raise ValueError(f"j must index one of the n={n} keys, -{n} <= j < {n}, got {j}")
+    confidence = positive_float(confidence, "confidence")
+    if not confidence < 1.0:
+        raise ValueError(f"confidence must be strictly between 0 and 1, got {confidence}")
+    rank = np.linalg.matrix_rank(K)
+    if rank < n:
+        raise ValueError(f"the n={n} rows of K must be linearly independent (else no query sets their scores "
+                         f"independently), got rank {rank}")
+    margin = np.log((n - 1) * confidence / (1.0 - confidence))    # score gap that gives weight `confidence`
+    target = np.zeros(n)
+    target[j] = np.sqrt(d) * margin                                # K q = sqrt(d) * scaled scores
+    # n equations, d >= n unknowns: lstsq returns the minimum-norm solution, q = K^T (K K^T)^{-1} target
+    return np.linalg.lstsq(K, target, rcond=None)[0]               # (d,)

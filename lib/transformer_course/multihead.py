@@ -136,3 +136,33 @@ class MultiHeadAttention:
 def _zero_if_none(bias):
     """A projection without a bias adds 0."""
     return 0 if bias is None else bias
+
+
+def head_bilinear_forms(W_Q, W_K, n_heads: int) -> np.ndarray:
+    """Each head's scaled score as one bilinear form of the token vectors (notebook 03).
+
+    Head i scores token t against token u with ``(x_t W_Q^(i)) . (x_u W_K^(i)) / sqrt(d_head)``,
+    where ``W_Q^(i) = W_Q[:, i*d_head:(i+1)*d_head]`` is a column block. Drop the two token
+    vectors and what remains is one ``(d_model, d_model)`` matrix per head,
+
+        A_i = W_Q^(i) W_K^(i)^T / sqrt(d_head),   scores_i = X A_i X^T,
+
+    of rank at most ``d_head``: what a head can compare is fixed by its weights, before any input.
+
+    Args:
+        W_Q, W_K: ``(d_model, d_model)`` each, used as ``X @ W``.
+        n_heads: number of heads; must divide ``d_model``.
+
+    Returns:
+        ``(n_heads, d_model, d_model)``; ``X @ A[i] @ X^T`` is head i's score matrix before the
+        softmax (already divided by ``sqrt(d_head)``).
+    """
+    W_Q = check_array(W_Q, "W_Q", min_ndim=2)
+    if W_Q.ndim != 2 or W_Q.shape[0] != W_Q.shape[1]:
+        raise ValueError(f"W_Q must be a square (d_model, d_model) matrix, got shape {W_Q.shape}")
+    W_K = check_matrix(W_K, "W_K", W_Q.shape)
+    q_blocks = split_heads(W_Q, n_heads)          # (h, d_model, d_head): column block i of W_Q
+    k_blocks = split_heads(W_K, n_heads)          # (h, d_model, d_head)
+    d_head = q_blocks.shape[-1]
+    # (h, d_model, d_head) @ (h, d_head, d_model) -> (h, d_model, d_model)
+    return q_blocks @ np.swapaxes(k_blocks, -1, -2) / np.sqrt(d_head)

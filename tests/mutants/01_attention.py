@@ -66,4 +66,63 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     w = softmax(scores, axis=-2)
     return w @ V, w
 '''},
+    # -- lookup_query -----------------------------------------------------------------
+    "lookup along K[j] itself (q = c K[j], c from the margin)": {"lookup_query": '''
+def lookup_query(K, j, confidence=0.99):
+    K = np.asarray(K, dtype=float)
+    n, d = K.shape
+    m = np.log((n - 1) * confidence / (1 - confidence))
+    return np.sqrt(d) * m * K[j] / (K[j] @ K[j])          # key j's scaled score is m, the others' are not 0
+'''},
+    "lookup with q = K^T t, as if the keys were orthonormal": {"lookup_query": '''
+def lookup_query(K, j, confidence=0.99):
+    K = np.asarray(K, dtype=float)
+    n, d = K.shape
+    t = np.zeros(n)
+    t[j] = np.sqrt(d) * np.log((n - 1) * confidence / (1 - confidence))
+    return K.T @ t
+'''},
+    "lookup margin without the n - 1 other keys": {"lookup_query": '''
+def lookup_query(K, j, confidence=0.99):
+    K = np.asarray(K, dtype=float)
+    n, d = K.shape
+    t = np.zeros(n)
+    t[j] = np.sqrt(d) * np.log(confidence / (1 - confidence))
+    return np.linalg.lstsq(K, t, rcond=None)[0]
+'''},
+    "lookup scaled by d instead of sqrt(d)": {"lookup_query": '''
+def lookup_query(K, j, confidence=0.99):
+    K = np.asarray(K, dtype=float)
+    n, d = K.shape
+    t = np.zeros(n)
+    t[j] = d * np.log((n - 1) * confidence / (1 - confidence))
+    return np.linalg.lstsq(K, t, rcond=None)[0]
+'''},
+    "lookup that forgets the 1/sqrt(d) of the scores": {"lookup_query": '''
+def lookup_query(K, j, confidence=0.99):
+    K = np.asarray(K, dtype=float)
+    n, d = K.shape
+    t = np.zeros(n)
+    t[j] = np.log((n - 1) * confidence / (1 - confidence))
+    return np.linalg.lstsq(K, t, rcond=None)[0]
+'''},
+    "lookup that solves a square system on the first n coordinates (not the shortest)": {"lookup_query": '''
+def lookup_query(K, j, confidence=0.99):
+    K = np.asarray(K, dtype=float)
+    n, d = K.shape
+    t = np.zeros(n)
+    t[j] = np.sqrt(d) * np.log((n - 1) * confidence / (1 - confidence))
+    q = np.zeros(d)
+    q[:n] = np.linalg.solve(K[:, :n], t)                   # right scores, but a part orthogonal to the keys
+    return q
+'''},
+    "lookup with centred scores (+m/2 for key j, -m/2 for the others)": {"lookup_query": '''
+def lookup_query(K, j, confidence=0.99):
+    K = np.asarray(K, dtype=float)
+    n, d = K.shape
+    m = np.log((n - 1) * confidence / (1 - confidence))
+    t = np.full(n, -m / 2)
+    t[j] = m / 2
+    return np.linalg.lstsq(K, np.sqrt(d) * t, rcond=None)[0]
+'''},
 }

@@ -84,4 +84,46 @@ def multi_head_attention(X, W_Q, W_K, W_V, W_O, n_heads, mask=None):
     out, w = scaled_dot_product_attention(X @ W_Q, X @ W_K, X @ W_V, mask=mask)
     return out @ W_O, np.repeat(w[..., None, :, :], n_heads, axis=-3)
 '''},
+    # -- head_bilinear_forms ----------------------------------------------------------
+    "bilinear forms scaled by sqrt(d_model) instead of sqrt(d_head)": {"head_bilinear_forms": '''
+def head_bilinear_forms(W_Q, W_K, n_heads):
+    q, k = split_heads(W_Q, n_heads), split_heads(W_K, n_heads)
+    return q @ np.swapaxes(k, -1, -2) / np.sqrt(W_Q.shape[-1])
+'''},
+    "bilinear forms without the scale": {"head_bilinear_forms": '''
+def head_bilinear_forms(W_Q, W_K, n_heads):
+    q, k = split_heads(W_Q, n_heads), split_heads(W_K, n_heads)
+    return q @ np.swapaxes(k, -1, -2)
+'''},
+    "bilinear forms from a plain reshape of W (not column blocks)": {"head_bilinear_forms": '''
+def head_bilinear_forms(W_Q, W_K, n_heads):
+    d_model = W_Q.shape[-1]
+    d_head = d_model // n_heads
+    q, k = W_Q.reshape(n_heads, d_model, d_head), W_K.reshape(n_heads, d_model, d_head)
+    return q @ np.swapaxes(k, -1, -2) / np.sqrt(d_head)
+'''},
+    "bilinear forms transposed (W_K W_Q^T: keys on the query side)": {"head_bilinear_forms": '''
+def head_bilinear_forms(W_Q, W_K, n_heads):
+    q, k = split_heads(W_Q, n_heads), split_heads(W_K, n_heads)
+    return k @ np.swapaxes(q, -1, -2) / np.sqrt(q.shape[-1])
+'''},
+    "bilinear forms from row blocks of W (W^(i) = W[rows_i, :])": {"head_bilinear_forms": '''
+def head_bilinear_forms(W_Q, W_K, n_heads):
+    d_model = W_Q.shape[-1]
+    d_head = d_model // n_heads
+    q, k = W_Q.reshape(n_heads, d_head, d_model), W_K.reshape(n_heads, d_head, d_model)
+    return np.swapaxes(q, -1, -2) @ k / np.sqrt(d_head)
+'''},
+    "every head given the full W_Q W_K^T": {"head_bilinear_forms": '''
+def head_bilinear_forms(W_Q, W_K, n_heads):
+    d_head = W_Q.shape[-1] // n_heads
+    return np.repeat((W_Q @ W_K.T / np.sqrt(d_head))[None], n_heads, axis=0)
+'''},
+    "bilinear forms with interleaved columns (head i gets columns i, i + h, ...)": {"head_bilinear_forms": '''
+def head_bilinear_forms(W_Q, W_K, n_heads):
+    q, k = W_Q[:, None, :].reshape(1, W_Q.shape[0], -1, n_heads), W_K.reshape(W_K.shape[0], -1, n_heads)
+    q = np.moveaxis(q[0], -1, 0)                           # (h, d_model, d_head)
+    k = np.moveaxis(k, -1, 0)
+    return q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+'''},
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..attention import scaled_dot_product_attention
+from ..attention import lookup_query, scaled_dot_product_attention
 from ..softmax import softmax
 from . import CASES, Case
 
@@ -98,6 +98,42 @@ CASES["attention.sdpa_additive_mask"] = Case(lambda rng: _sdpa_inputs(rng, "addi
                                              ("output", "weights"), description="(b, h, n, d), additive float mask with -inf, a fully masked row")
 
 
+# ---------------------------------------------------------------------------
+# lookup_query(K, j, confidence): the shortest query whose scaled scores are m on key j and 0
+# elsewhere. Every draw has a trap for the plain q = c K[j]: another key is K[j] stretched by
+# 1.3-2 plus a part orthogonal to K[j], so it scores higher than K[j] along K[j] for every c > 0.
+# Key lengths differ (not unit norm); n - 1 >= 2 so a margin without the (n - 1) shows; d >= 4 so
+# sqrt(d) != d != 1; n < d (the shortest of many solutions) and n == d (a unique solution).
+# ---------------------------------------------------------------------------
+def _lookup_inputs(rng, square=False):
+    n = int(rng.integers(4, 7)) if square else int(rng.integers(3, 7))
+    d = n if square else n + int(rng.integers(2, 6))
+    j = int(rng.integers(0, n))
+    other = int((j + rng.integers(1, n)) % n)
+    while True:                                                          # redraw the rare ill-conditioned K
+        K = rng.normal(0, 1, (n, d)) * rng.uniform(0.5, 2.0, (n, 1))    # rows of different lengths
+        noise = rng.normal(0, 0.6 * np.linalg.norm(K[j]) / np.sqrt(d), d)
+        noise = noise - (noise @ K[j]) / (K[j] @ K[j]) * K[j]             # orthogonal to K[j]
+        K[other] = rng.uniform(1.3, 2.0) * K[j] + noise                  # longer, nearby: beats K[j] along K[j]
+        if np.linalg.cond(K) < 1e3:                                      # solve(K K^T) vs lstsq agree to ~1e-10
+            break
+    return {"K": K, "j": j, "confidence": float(rng.choice([0.9, 0.99, 0.999]))}
+
+
+def _lookup_ref(K, j, confidence):
+    q = lookup_query(K, j, confidence)
+    d = K.shape[-1]
+    return q, softmax(K @ q / np.sqrt(d))
+
+
+CASES["attention.lookup_query"] = Case(
+    lambda rng: _lookup_inputs(rng), _lookup_ref, ("query", "weights"),
+    description="n < d keys of different lengths, a longer key nearby K[j]; confidence 0.9, 0.99 or 0.999")
+CASES["attention.lookup_query_square"] = Case(
+    lambda rng: _lookup_inputs(rng, square=True), _lookup_ref, ("query", "weights"),
+    description="n == d (one solution), a longer key nearby K[j]")
+
+
 # What each exercise's docstring promises, checked by tests/test_hidden_case_coverage.py.
 COVERAGE = {
     "softmax": {"cases": ("attention.softmax", "attention.softmax_masked"),
@@ -105,4 +141,6 @@ COVERAGE = {
     "scaled_dot_product_attention": {
         "cases": ("attention.sdpa", "attention.sdpa_bool_mask", "attention.sdpa_additive_mask"),
         "requires": {"rank2", "rank3", "rank4", "self", "cross", "fully_masked", "saturated"}},
+    # No rank or mask situations: K is always (n, d); the cases draw n < d and n == d.
+    "lookup_query": {"cases": ("attention.lookup_query", "attention.lookup_query_square"), "requires": set()},
 }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..attention import scaled_dot_product_attention
-from ..multihead import merge_heads, split_heads
+from ..multihead import head_bilinear_forms, merge_heads, split_heads
 from . import CASES, Case
 
 
@@ -91,10 +91,37 @@ CASES["multihead.mha_masked"] = Case(lambda rng: _mha_inputs(rng, masked=True), 
                                      description="unbatched (n, d_model), boolean (n, n) mask shared by the heads, a fully masked row")
 
 
+# ---------------------------------------------------------------------------
+# head_bilinear_forms(W_Q, W_K, n_heads): A_i = W_Q^(i) W_K^(i)^T / sqrt(d_head). Random, non-symmetric
+# weights (A_i^T != A_i shows), h >= 2 and d_head >= 2 all different (column blocks vs a plain reshape,
+# sqrt(d_head) vs sqrt(d_model) vs no scale); the edge case has h = 1 or d_head = 1.
+# ---------------------------------------------------------------------------
+def _forms_inputs(rng, edge=False):
+    _, _, h, d_head = _dims(rng)
+    if edge:
+        h, d_head = (1, h * d_head) if rng.random() < 0.5 else (h * d_head, 1)
+    d_model = h * d_head
+    W_Q, W_K = rng.normal(0, 1.0 / np.sqrt(d_model), (2, d_model, d_model))
+    return {"W_Q": W_Q, "W_K": W_K, "n_heads": h}
+
+
+def _forms_ref(W_Q, W_K, n_heads):
+    return head_bilinear_forms(W_Q, W_K, n_heads)
+
+
+CASES["multihead.bilinear_forms"] = Case(lambda rng: _forms_inputs(rng), _forms_ref, ("forms",),
+                                         description="h >= 2 heads of width d_head >= 2, random W_Q, W_K")
+CASES["multihead.bilinear_forms_edge"] = Case(lambda rng: _forms_inputs(rng, edge=True), _forms_ref, ("forms",),
+                                              description="one head of width d_model, or d_model heads of width 1")
+
+
 # What each exercise's docstring promises, checked by tests/test_hidden_case_coverage.py.
 COVERAGE = {
     "split_heads": {"cases": ("multihead.split_heads", "multihead.split_heads_2d"), "requires": {"rank2", "rank3"}},
     "merge_heads": {"cases": ("multihead.merge_heads", "multihead.merge_heads_3d"), "requires": {"rank3", "rank4"}},
     "multi_head_attention": {"cases": ("multihead.mha", "multihead.mha_masked"),
                              "requires": {"rank2", "rank3", "self", "fully_masked"}},
+    # W_Q, W_K are always (d_model, d_model): no rank or mask situations to cover.
+    "head_bilinear_forms": {"cases": ("multihead.bilinear_forms", "multihead.bilinear_forms_edge"),
+                            "requires": set()},
 }
