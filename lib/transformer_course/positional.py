@@ -94,8 +94,9 @@ def decode_position(pe) -> np.ndarray:
         pe: ``(d_model,)`` or ``(n, d_model)``, even ``d_model``: encodings of positions
             ``0 <= p < decodable_range(d_model)``. Every entry may be off by up to 0.01
             (e.g. after storage in bfloat16): each angle is then off by at most
-            asin(0.01 sqrt 2) < 0.015 rad, well inside the pi * 10000^(-2/d_model) > 0.031
-            that one unwrapping step tolerates and the 0.5 of the final rounding.
+            delta = asin(0.01 sqrt 2) < 0.015 rad. One unwrapping step needs
+            delta * (1 + w_i / w_(i+1)) < pi, i.e. delta < pi / (1 + 10000^(2/d_model)),
+            at least 0.031 (d_model = 4); the final rounding needs delta < 0.5.
 
     Returns:
         int64 array ``()`` or ``(n,)``: the positions.
