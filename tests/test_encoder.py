@@ -1,4 +1,4 @@
-"""layer_norm, relu, gelu, PositionwiseFeedForward and TransformerEncoderBlock."""
+"""layer_norm, fold_layer_norm, relu, gelu, PositionwiseFeedForward and TransformerEncoderBlock."""
 
 import math
 
@@ -12,6 +12,7 @@ from transformer_course import (
     PositionwiseFeedForward,
     TransformerEncoderBlock,
     causal_mask,
+    fold_layer_norm,
     gelu,
     layer_norm,
     padding_mask,
@@ -394,3 +395,63 @@ def test_block_nan_input_is_refused(rng, norm_first):
     x[1, 1] = np.nan
     with pytest.raises(ValueError, match=r"(x|query) contains NaN"):
         make_block(norm_first)(x)
+
+
+# =============================================================================
+# fold_layer_norm: LN(x) W + b = xhat W' + b'
+# =============================================================================
+def test_fold_known_values():
+    gamma, beta = np.array([2.0, -1.0]), np.array([0.5, 1.0])
+    W, b = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), np.array([0.1, 0.2, 0.3])
+    W_f, b_f = fold_layer_norm(gamma, beta, W, b)
+    np.testing.assert_array_equal(W_f, [[2.0, 4.0, 6.0], [-4.0, -5.0, -6.0]])      # row j times gamma_j
+    np.testing.assert_allclose(b_f, [0.5 + 4.0 + 0.1, 1.0 + 5.0 + 0.2, 1.5 + 6.0 + 0.3], rtol=1e-15)
+
+
+@PROPS
+@given(d=st.integers(1, 12), m=st.integers(1, 12), lead=st.lists(st.integers(1, 4), max_size=2),
+       seed=st.integers(0, 2**32 - 1))
+def test_fold_then_unscaled_norm_equals_norm_then_map(d, m, lead, seed):
+    r = np.random.default_rng(seed)
+    gamma, beta = r.normal(size=d) * (r.random(d) > 0.2), r.normal(size=d)   # some scales exactly 0
+    W, b = r.normal(size=(d, m)), r.normal(size=m)
+    x = r.normal(2.0, 3.0, size=tuple(lead) + (d,))
+    W_f, b_f = fold_layer_norm(gamma, beta, W, b)
+    assert W_f.shape == (d, m) and b_f.shape == (m,)
+    want = layer_norm(x, gamma, beta) @ W + b
+    got = layer_norm(x) @ W_f + b_f
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * (1 + np.abs(want).max()))
+
+
+def test_folding_a_pre_ln_block_keeps_its_output(rng):
+    block = TransformerEncoderBlock(8, 2, 20, rng=rng, norm_first=True)
+    for name in ("ln1_gamma", "ln2_gamma"):
+        setattr(block, name, rng.normal(1.0, 0.5, 8))
+    for name in ("ln1_beta", "ln2_beta"):
+        setattr(block, name, rng.normal(size=8))
+    a, ffn = block.attention, block.feed_forward
+    a.b_Q, a.b_K, a.b_V = rng.normal(size=8), rng.normal(size=8), rng.normal(size=8)
+    x = rng.normal(size=(2, 5, 8))
+    want, _ = block(x)
+    folded = [fold_layer_norm(block.ln1_gamma, block.ln1_beta, W, bias)
+              for W, bias in ((a.W_Q, a.b_Q), (a.W_K, a.b_K), (a.W_V, a.b_V))]
+    W_1, b_1 = fold_layer_norm(block.ln2_gamma, block.ln2_beta, ffn.W_1, ffn.b_1)
+    a.set_weights(folded[0][0], folded[1][0], folded[2][0], a.W_O, folded[0][1], folded[1][1], folded[2][1], a.b_O)
+    ffn.set_weights(W_1, b_1, ffn.W_2, ffn.b_2)
+    block.ln1_gamma, block.ln2_gamma, block.ln1_beta, block.ln2_beta = np.ones(8), np.ones(8), np.zeros(8), np.zeros(8)
+    np.testing.assert_allclose(block(x)[0], want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("args", "exc", "match"), [
+    ((np.ones(3), np.zeros(3), np.ones((4, 2)), np.zeros(2)), ValueError, r"gamma must have shape \(4,\), got shape \(3,\)"),
+    ((np.ones(4), np.zeros(5), np.ones((4, 2)), np.zeros(2)), ValueError, r"beta must have shape \(4,\), got shape \(5,\)"),
+    ((np.ones(4), np.zeros(4), np.ones((4, 2)), np.zeros(4)), ValueError, r"b must have shape \(2,\), got shape \(4,\)"),
+    ((np.ones(4), np.zeros(4), np.ones(4), np.zeros(4)), ValueError, r"W must have at least 2 dimension"),
+    ((np.ones(4), np.zeros(4), np.ones((1, 4, 2)), np.zeros(2)), ValueError, r"W must be a matrix \(d, m\), got shape \(1, 4, 2\)"),
+    ((np.ones(4), np.zeros(4), np.full((4, 2), np.nan), np.zeros(2)), ValueError, r"W contains NaN"),
+    ((np.ones(4), np.zeros(4), "W", np.zeros(2)), TypeError, r"W must be a real-valued array"),
+])
+def test_fold_bad_input(args, exc, match):
+    with pytest.raises(exc, match=match):
+        fold_layer_norm(*args)
+

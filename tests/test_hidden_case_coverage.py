@@ -36,7 +36,7 @@ import transformer_course.grading as grading
 from transformer_course.grading import CASES, hidden_case
 from transformer_course.softmax import softmax
 
-MAIN = ("x", "Q", "X", "weights", "p", "scores", "logits", "states", "input_ids", "q", "k", "raw", "token_ids")
+MAIN = ("x", "Q", "X", "weights", "p", "scores", "logits", "states", "input_ids", "q", "k", "raw", "token_ids", "pe")
 SEEDS = range(5)
 
 

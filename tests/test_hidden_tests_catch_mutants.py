@@ -4,7 +4,8 @@ For every notebook with a tests/mutants/<name>.py file, each mutant replaces
 the named solution cells; then only the HIDDEN part of the test cells runs (the
 visible asserts are dropped), in a fresh namespace, with a fresh grading seed.
 At least one hidden test must fail. The unmodified solution must pass the same
-procedure, so a failure is the mutant's fault.
+procedure, so a failure is the mutant's fault. A mutants file may also list
+ALTERNATIVES: correct implementations written differently, which must pass.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
 MUTANT_FILES = sorted((ROOT / "tests" / "mutants").glob("[0-9][0-9]_*.py"))
 
 
-def load_mutants(path):
+def load_mutants(path, kind="MUTANTS"):
     spec = importlib.util.spec_from_file_location(f"mutants_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.MUTANTS
+    return getattr(module, kind, {})
 
 
 def hidden_only_program(name, replacements):
@@ -91,3 +92,14 @@ def test_reference_solution_passes_hidden_tests(name, seed, monkeypatch):
 def test_hidden_tests_catch_mutant(name, description, replacements, seed, monkeypatch):
     failed = run_hidden(hidden_only_program(name, replacements), monkeypatch, seed)
     assert failed, f"{name}: the hidden tests accept a wrong implementation: {description}"
+
+
+ALTERNATIVES = [(path.stem, desc, repl) for path in MUTANT_FILES
+                for desc, repl in load_mutants(path, "ALTERNATIVES").items()]
+
+
+@pytest.mark.parametrize("name,description,replacements", ALTERNATIVES, ids=[f"{c[0]}: {c[1]}" for c in ALTERNATIVES])
+@pytest.mark.parametrize("seed", [21, 22])
+def test_hidden_tests_accept_correct_alternative(name, description, replacements, seed, monkeypatch):
+    failed = run_hidden(hidden_only_program(name, replacements), monkeypatch, seed)
+    assert not failed, f"{name}: the hidden tests {failed} reject a correct implementation: {description}"

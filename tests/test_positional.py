@@ -1,4 +1,4 @@
-"""Sinusoidal positional encoding, its frequencies and the relative-shift rotation."""
+"""Sinusoidal positional encoding, its frequencies, the relative-shift rotation and reading a position back."""
 
 import math
 
@@ -7,7 +7,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from transformer_course import frequencies, positional_encoding, relative_shift_matrix
+from transformer_course import decode_position, frequencies, positional_encoding, relative_shift_matrix
+from transformer_course.positional import decodable_range
 
 PROPS = settings(max_examples=30, deadline=None, database=None)
 
@@ -144,3 +145,85 @@ def test_relative_shift_matrix_needs_even_width():
 def test_relative_shift_matrix_needs_integer_offset(k, kind):
     with pytest.raises(TypeError, match=rf"k must be an integer offset, got {kind}"):
         relative_shift_matrix(k, 8)
+
+
+# -- decode_position: the clock read coarse to fine -----------------------------------
+def _encode(positions, d):
+    """PE rows of integer positions, written out independently of positional_encoding: (n,) -> (n, d)."""
+    angles = np.asarray(positions)[:, None] * 10000.0 ** (-np.arange(0, d, 2) / d)
+    return np.stack([np.sin(angles), np.cos(angles)], axis=-1).reshape(len(positions), d)
+
+
+def test_decodable_range_is_045_of_the_slowest_period():
+    assert decodable_range(2) == pytest.approx(0.45 * 2 * math.pi)
+    assert decodable_range(64) == pytest.approx(0.45 * 2 * math.pi * 10000 ** (62 / 64))
+    assert 21_202 < decodable_range(64) < 21_203
+
+
+@pytest.mark.parametrize("d", [2, 4, 6, 16, 64, 128])
+def test_decode_reads_back_every_position_of_a_table(d):
+    top = int(decodable_range(d))
+    pe = positional_encoding(top, d)                        # (top, d): every promised position
+    got = decode_position(pe)
+    assert got.dtype == np.int64 and got.shape == (top,)
+    np.testing.assert_array_equal(got, np.arange(top))
+
+
+def test_decode_one_vector_gives_a_0d_integer():
+    got = decode_position(positional_encoding(40, 8)[37])
+    assert got.shape == () and got.dtype == np.int64 and int(got) == 37
+
+
+def test_decode_fastest_pair_alone_would_be_ambiguous():
+    # Positions 3 and 9 differ by 6, nearly 2 pi: the fast pair is almost the same, the decoder tells them apart.
+    pe = positional_encoding(10, 16)
+    assert np.abs(pe[3, :2] - pe[9, :2]).max() < 0.3
+    np.testing.assert_array_equal(decode_position(pe[[3, 9]]), [3, 9])
+
+
+def test_decode_survives_the_documented_worst_case_noise():
+    # Noise 0.01 on every entry, with the sign that turns every angle the same way (worst case for unwrapping).
+    d = 4                                                   # neighbouring pairs 100x apart: the tightest step
+    pos = np.arange(0, int(decodable_range(d)))
+    pe = _encode(pos, d)
+    tangent = np.stack([pe[:, 1::2], -pe[:, 0::2]], axis=-1).reshape(pe.shape)   # d(sin, cos)/dtheta
+    for sign in (1.0, -1.0):
+        noisy = pe + sign * 0.01 * np.sign(tangent)
+        np.testing.assert_array_equal(decode_position(noisy), pos)
+
+
+@PROPS
+@given(half_d=st.integers(1, 64), u=st.floats(0, 1, exclude_max=True), seed=st.integers(0, 2**32 - 1),
+       noise=st.floats(0, 0.01))
+def test_decode_inverts_the_encoding_under_noise(half_d, u, seed, noise):
+    d = 2 * half_d
+    p = int(u * decodable_range(d))
+    rng = np.random.default_rng(seed)
+    pe = _encode([p], d)[0] + rng.uniform(-noise, noise, size=d)
+    assert int(decode_position(pe)) == p
+
+
+def test_decode_memory_does_not_grow_with_the_range():
+    import tracemalloc
+
+    pe = _encode(np.arange(0, 21_000, 97), 64)             # (217, 64)
+    tracemalloc.start()
+    try:
+        decode_position(pe)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * pe.nbytes + 2**16                      # a table of 21 202 candidates would be 10.9 MB
+
+
+@pytest.mark.parametrize(("pe", "exc", "match"), [
+    (np.ones((3, 7)), ValueError, r"pe must have an even last dimension d_model .*got shape \(3, 7\)"),
+    (np.ones((2, 3, 8)), ValueError, r"pe must have shape \(d_model,\) or \(n, d_model\), got shape \(2, 3, 8\)"),
+    (np.ones((3, 0)), ValueError, r"pe must not be empty along axis -1"),
+    (np.full(4, np.nan), ValueError, r"pe contains NaN"),
+    ("0.5", TypeError, r"pe must be a real-valued array"),
+])
+def test_decode_bad_input(pe, exc, match):
+    with pytest.raises(exc, match=match):
+        decode_position(pe)
+

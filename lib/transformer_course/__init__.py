@@ -14,9 +14,9 @@ from .encoder import TransformerEncoderBlock
 from .feedforward import PositionwiseFeedForward
 from .masks import causal_mask, padding_mask
 from .multihead import MultiHeadAttention, merge_heads, split_heads
-from .normalization import layer_norm
+from .normalization import fold_layer_norm, layer_norm
 from .online_softmax import online_softmax_attention
-from .positional import frequencies, positional_encoding, relative_shift_matrix
+from .positional import decode_position, frequencies, positional_encoding, relative_shift_matrix
 from .softmax import attention_entropy, softmax, softmax_jacobian
 
 __version__ = "0.1.0"
@@ -28,6 +28,8 @@ __all__ = [
     "attention_entropy",
     "attention_scores",
     "causal_mask",
+    "decode_position",
+    "fold_layer_norm",
     "frequencies",
     "gelu",
     "layer_norm",

@@ -3,6 +3,8 @@
     LN(x) = gamma * (x - mean(x)) / sqrt(var(x) + eps) + beta
 
 Statistics are taken over the last axis: each token vector is normalised on its own.
+When a linear map reads the result, gamma and beta can be folded into that map
+(``fold_layer_norm``): LN(x) @ W + b = xhat @ (gamma[:, None] * W) + (beta @ W + b).
 """
 
 from __future__ import annotations
@@ -36,3 +38,40 @@ def layer_norm(x, gamma=None, beta=None, eps: float = 1e-5) -> np.ndarray:
     if beta is not None:
         out = out + check_vector(beta, "beta", d).astype(x.dtype, copy=False)
     return out
+
+
+def fold_layer_norm(gamma, beta, W, b):
+    """Fold a layer norm's scale and shift into the linear map that reads its output.
+
+    With xhat = (x - mean) / sqrt(var + eps), the normalised vector before the scale
+    and shift, LN(x) = gamma * xhat + beta, and
+
+        LN(x) @ W + b = (xhat * gamma) @ W + beta @ W + b = xhat @ W' + b',
+        W' = gamma[:, None] * W   (row j of W scaled by gamma_j, i.e. diag(gamma) @ W),
+        b' = beta @ W + b,
+
+    so a layer norm with gamma = 1, beta = 0 followed by (W', b') computes the same as
+    the original pair, for every x. Only a linear map that is the layer norm's SOLE
+    reader can absorb it (pre-LN: the query, key and value projections after ln1, the
+    first feed-forward layer after ln2); in post-LN the normalised vector is also the
+    residual stream, which would lose gamma and beta.
+
+    Args:
+        gamma: ``(d,)`` the layer norm's scale.
+        beta: ``(d,)`` its shift.
+        W: ``(d, m)`` the next linear map (rows are input features: ``x @ W``).
+        b: ``(m,)`` its bias.
+
+    Returns:
+        ``(W_folded (d, m), b_folded (m,))``.
+    """
+    W = check_array(W, "W", min_ndim=2)
+    if W.ndim != 2:
+        raise ValueError(f"W must be a matrix (d, m), got shape {W.shape}")
+    d, m = W.shape
+    gamma = check_vector(gamma, "gamma", d)
+    beta = check_vector(beta, "beta", d)
+    b = check_vector(b, "b", m)
+    W_folded = gamma[:, None] * W                 # (d, 1) * (d, m): row j scaled by gamma_j
+    b_folded = beta @ W + b                       # (d,) @ (d, m) + (m,) -> (m,)
+    return W_folded, b_folded

@@ -119,3 +119,53 @@ def feed_forward(x, W_1, b_1, W_2, b_2):
     return ln2(z + ffn(z)), weights
 '''},
 }
+
+MUTANTS.update({
+    "fold: gamma on the columns of W (W * gamma[None, :])": {"fold_layer_norm": '''
+def fold_layer_norm(gamma, beta, W, b):
+    return W * gamma[None, :], beta @ W + b
+'''},
+    "fold: beta added to the bias without passing through W": {"fold_layer_norm": '''
+def fold_layer_norm(gamma, beta, W, b):
+    return gamma[:, None] * W, b + beta
+'''},
+    "fold: gamma applied to beta too (b' = beta @ W' + b)": {"fold_layer_norm": '''
+def fold_layer_norm(gamma, beta, W, b):
+    W_folded = gamma[:, None] * W
+    return W_folded, beta @ W_folded + b
+'''},
+    "fold: the old bias dropped (b' = beta @ W)": {"fold_layer_norm": '''
+def fold_layer_norm(gamma, beta, W, b):
+    return gamma[:, None] * W, beta @ W
+'''},
+    "fold: beta dropped (b' = b)": {"fold_layer_norm": '''
+def fold_layer_norm(gamma, beta, W, b):
+    return gamma[:, None] * W, b
+'''},
+    "fold: divided by gamma instead of multiplied (undoing the norm)": {"fold_layer_norm": '''
+def fold_layer_norm(gamma, beta, W, b):
+    return W / gamma[:, None], beta @ W + b
+'''},
+    "fold: W @ diag(gamma) (the scale after the map)": {"fold_layer_norm": '''
+def fold_layer_norm(gamma, beta, W, b):
+    return W @ np.diag(gamma), beta @ W + b
+'''},
+    "fold: W unchanged, only the bias folded": {"fold_layer_norm": '''
+def fold_layer_norm(gamma, beta, W, b):
+    return W, beta @ W + b
+'''},
+})
+
+# Correct implementations written differently: the hidden tests must accept them
+# (tests/test_encoder.py runs them through the hidden tests).
+ALTERNATIVES = {
+    "fold: diag(gamma) @ W and a sum over rows for the bias": {"fold_layer_norm": '''
+def fold_layer_norm(gamma, beta, W, b):
+    return np.diag(gamma) @ W, (beta[:, None] * W).sum(axis=0) + b
+'''},
+    "fold: W' with its column means removed (normalised tokens sum to 0 and cannot see them)": {"fold_layer_norm": '''
+def fold_layer_norm(gamma, beta, W, b):
+    W_folded = np.einsum("j,jk->jk", gamma, W)
+    return W_folded - W_folded.mean(axis=0, keepdims=True), beta @ W + b
+'''},
+}

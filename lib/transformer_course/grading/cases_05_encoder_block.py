@@ -1,4 +1,4 @@
-"""Hidden-test cases of notebook 05 (layer norm, feed-forward network, encoder block)."""
+"""Hidden-test cases of notebook 05 (layer norm, feed-forward network, encoder block, folding layer norm)."""
 
 from __future__ import annotations
 
@@ -124,9 +124,43 @@ CASES["encoder.block_pre_ln"] = Case(
     description="pre-LN block (norm_first=True): batched, 2-4 heads, all biases and LN parameters random")
 
 
+# ---------------------------------------------------------------------------
+# fold_layer_norm(gamma, beta, W, b) -> (W', b'), graded by what it computes:
+# x_hat @ W' + b' must equal (gamma * x_hat + beta) @ W + b on normalised tokens
+# x_hat (rows of mean 0 and variance 1, the only inputs the folded map ever sees;
+# so a W' shifted by a row-constant 1 v^T, which such rows cannot see, passes).
+# gamma has negative and zero entries; d != m, so a scale on the wrong axis or
+# beta added to b without W breaks the shapes, and d == m (a W_Q), where the same
+# mistakes run silently and give wrong numbers.
+# ---------------------------------------------------------------------------
+def _fold_inputs(rng, square, rank):
+    d = int(rng.integers(4, 13))
+    m = d if square else d + int(rng.choice([-1, 1])) * int(rng.integers(1, 4))
+    gamma = rng.normal(1.0, 0.8, size=d)
+    gamma[rng.choice(d, size=2, replace=False)] = [0.0, -abs(gamma[0]) - 0.5]   # a zero and a negative scale
+    lead = (int(rng.integers(2, 4)), int(rng.integers(3, 7)))[-(rank - 1):]
+    x = rng.normal(0.0, 2.0, size=lead + (1,)) + 3.0 * rng.normal(size=lead + (d,))
+    return {"gamma": gamma, "beta": rng.normal(size=d), "W": rng.normal(size=(d, m)) / np.sqrt(d),
+            "b": rng.normal(size=m), "x_hat": layer_norm(x)}
+
+
+def _fold_ref(gamma, beta, W, b, x_hat):
+    return (gamma * x_hat + beta) @ W + b             # what the layer norm's scale and shift, then (W, b), compute
+
+
+CASES["encoder.fold_layer_norm"] = Case(
+    lambda rng: _fold_inputs(rng, False, 3), _fold_ref, ("y",),
+    description="W (d, m), d != m; gamma with a 0 and a negative entry; checked on normalised tokens (b, n, d)")
+CASES["encoder.fold_layer_norm_square"] = Case(
+    lambda rng: _fold_inputs(rng, True, 2), _fold_ref, ("y",),
+    description="W (d, d) like W_Q: a scale on the wrong axis runs silently; normalised tokens (n, d)")
+
+
 # What each exercise's docstring promises, checked by tests/test_hidden_case_coverage.py.
 COVERAGE = {
     "layer_norm": {"cases": ("encoder.layer_norm", "encoder.layer_norm_default_eps"), "requires": {"rank2", "rank3"}},
     "feed_forward": {"cases": ("encoder.feed_forward",), "requires": {"rank3"}},
     "encoder_block": {"cases": ("encoder.block_post_ln", "encoder.block_pre_ln"), "requires": {"rank3"}},
+    # Fixed-rank parameters (no batch axes to cover); the probes x_hat are rank 3 and rank 2.
+    "fold_layer_norm": {"cases": ("encoder.fold_layer_norm", "encoder.fold_layer_norm_square"), "requires": set()},
 }
