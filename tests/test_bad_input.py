@@ -131,7 +131,32 @@ CASES = [
      r"sentences\[1\] must be a string, got NoneType None"),
     ("one string instead of a list", lambda: tp.tokenize(FakeTokenizer(), "A cat."), TypeError,
      r"sentences must be a list of strings"),
+    # -- a long document read in windows ------------------------------------------------------------
+    ("stride larger than the window", lambda: tp.encode_long_document(np.arange(9), 4, 5, LONG_ENC, 1, 2),
+     ValueError, r"stride must be at most window=4 .*got 5"),
+    ("stride 0", lambda: tp.encode_long_document(np.arange(9), 4, 0, LONG_ENC, 1, 2), ValueError,
+     r"stride must be a positive integer, got 0"),
+    ("an empty document", lambda: tp.encode_long_document(np.arange(0), 4, 2, LONG_ENC, 1, 2), ValueError,
+     r"token_ids must be a non-empty 1-D array \(n,\) with n >= 1, got array of shape \(0,\)"),
+    ("a batch of documents", lambda: tp.encode_long_document(np.ones((2, 5), int), 4, 2, LONG_ENC, 1, 2),
+     ValueError, r"token_ids must be a non-empty 1-D array .*got array of shape \(2, 5\)"),
+    ("float token ids for a long document", lambda: tp.encode_long_document(np.ones(5), 4, 2, LONG_ENC, 1, 2),
+     TypeError, r"token_ids must be integer ids, got array of shape \(5,\) and dtype float64"),
+    ("a [CLS] id that is a string", lambda: tp.encode_long_document(np.arange(5), 4, 2, LONG_ENC, "[CLS]", 2),
+     TypeError, r"cls_id must be a non-negative integer id, got str"),
+    ("an encoder that is not a function", lambda: tp.encode_long_document(np.arange(5), 4, 2, None, 1, 2),
+     TypeError, r"encode_window must be a function .*got NoneType None"),
+    ("an encoder that drops the batch axis", lambda: tp.encode_long_document(np.arange(5), 4, 2,
+                                                                             lambda i, m: np.ones((6, 3)), 1, 2),
+     ValueError, r"encode_window\(\.\.\.\) must have at least 3 dimension"),
+    ("an encoder that returns one state per window", lambda: tp.encode_long_document(
+        np.arange(5), 4, 2, lambda i, m: np.ones((i.shape[0], 1, 3)), 1, 2),
+     ValueError, r"encode_window must return states \(b, m, d\) for input_ids \(2, 6\), got array of shape"),
 ]
+
+
+def LONG_ENC(ids, mask):                  # a stand-in encoder: (b, m) -> (b, m, 2)
+    return np.stack([np.asarray(ids, float), np.asarray(mask, float)], axis=-1)
 
 
 @pytest.mark.parametrize(("description", "call", "exc", "match"), CASES, ids=[c[0] for c in CASES])

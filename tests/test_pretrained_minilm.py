@@ -301,3 +301,157 @@ def test_the_stored_reference_matches_a_live_run(reference):
     np.testing.assert_array_equal(stored["input_ids"], live["input_ids"])
     np.testing.assert_allclose(stored["token_states"], live["token_states"], rtol=0, atol=1e-12)
     np.testing.assert_allclose(stored["embeddings"], live["embeddings"], rtol=0, atol=1e-12)
+
+
+# =============================================================================
+# Part 3: a document longer than one window (encode_long_document), no model needed
+# =============================================================================
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from transformer_course.grading import hidden_case  # noqa: E402
+from transformer_course.grading.cases_07_pretrained_minilm import LONG_LAYOUTS, fake_window_encoder  # noqa: E402
+
+
+def where_read(n, window, stride):
+    """(start of the owner window, column) of every document token, via a probe encoder."""
+    def probe(ids, mask):                        # state = [first word id of the row, column]
+        real = np.asarray(mask) != 0
+        out = np.stack([np.repeat(ids[:, 1:2], ids.shape[1], axis=1), np.arange(ids.shape[1]) + 0 * ids], -1)
+        return np.where(real[..., None], out, -1).astype(float)
+    states, _ = tp.encode_long_document(np.arange(n) + 10, window, stride, probe, 1, 2)
+    return states[1:-1, 0].astype(int) - 10, states[1:-1, 1].astype(int)
+
+
+def loop_alternative(token_ids, window, stride, encode_window, cls_id, sep_id):
+    """A correct implementation written differently: one window per call, ownership updated on the way."""
+    n = len(token_ids)
+    doc, best, start, first = [None] * (n + 2), np.full(n, -1), 0, True
+    while True:
+        end = min(start + window, n)
+        row = np.concatenate([[cls_id], token_ids[start:end], [sep_id]])[None, :]
+        states = encode_window(row, np.ones_like(row))[0]
+        if first:
+            doc[0], first = states[0], False
+        for j, i in enumerate(range(start, end)):
+            if min(j, end - 1 - i) > best[i]:
+                best[i], doc[1 + i] = min(j, end - 1 - i), states[1 + j]
+        if end == n:
+            doc[-1] = states[end - start + 1]
+            break
+        start = start + stride
+    doc = np.stack(doc)
+    return doc, doc.mean(axis=0) / np.linalg.norm(doc.mean(axis=0))
+
+
+def test_document_windows_by_hand():
+    assert tp.document_windows(10, 4, 2) == [(0, 4), (2, 6), (4, 8), (6, 10)]
+    assert tp.document_windows(11, 4, 2) == [(0, 4), (2, 6), (4, 8), (6, 10), (8, 11)]
+    assert tp.document_windows(3, 4, 2) == [(0, 3)]
+    assert tp.document_windows(9, 4, 4) == [(0, 4), (4, 8), (8, 9)]
+    assert tp.document_windows(5, 4, 1) == [(0, 4), (1, 5)]
+
+
+def test_max_context_owner_by_hand():
+    # n = 9, window 5, stride 2: tokens 3 and 5 tie (context 1 in two windows) and go to the earlier one.
+    owner = tp.max_context_owner(tp.document_windows(9, 5, 2), 9)
+    assert owner.tolist() == [0, 0, 0, 0, 1, 1, 2, 2, 2]
+    assert where_read(10, 4, 2)[0].tolist() == [0, 0, 0, 2, 2, 4, 4, 6, 6, 6]
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 60), window=st.integers(1, 16), data=st.data())
+def test_windows_and_owners_follow_the_rule(n, window, data):
+    stride = data.draw(st.integers(1, window))
+    windows = tp.document_windows(n, window, stride)
+    starts = [s for s, _ in windows]
+    assert starts == [k * stride for k in range(len(windows))]
+    assert all(e == min(s + window, n) for s, e in windows)
+    assert [e == n for _, e in windows] == [False] * (len(windows) - 1) + [True]   # only the last reaches n
+    owner = tp.max_context_owner(windows, n)
+    for i in range(n):
+        holders = [k for k, (s, e) in enumerate(windows) if s <= i < e]
+        scores = [min(i - windows[k][0], windows[k][1] - 1 - i) for k in holders]
+        assert owner[i] == holders[int(np.argmax(scores))]                       # the first maximum
+    # Each token is read at least (window - stride) // 2 tokens away from any cut inside the document.
+    start, column = where_read(n, window, stride)
+    end = np.array([dict(windows)[s] for s in start])
+    i = np.arange(n)
+    cut = np.minimum(np.where(start > 0, i - start, n), np.where(end < n, end - 1 - i, n))
+    assert cut.min() >= min((window - stride) // 2, n)
+    assert np.array_equal(column, 1 + i - start)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("layout", sorted(LONG_LAYOUTS))
+def test_hidden_cases_have_their_layout_and_a_correct_alternative_passes(layout, seed):
+    case = hidden_case(f"pretrained.long_document_{layout}", seed=seed)
+    a = case.inputs
+    n, window, stride = len(a["token_ids"]), a["window"], a["stride"]
+    windows = tp.document_windows(n, window, stride)
+    last_length = windows[-1][1] - windows[-1][0]
+    if layout == "overlap":
+        assert stride < window and (window + stride) % 2 == 1 and window != 2 * stride and last_length < window
+    elif layout == "exact":
+        assert stride < window and n > window and (n - window) % stride == 0 and last_length == window
+    elif layout == "one_over":
+        assert n == window + 1 and len(windows) == 2
+    elif layout == "one_window":
+        assert n <= window and len(windows) == 1
+    else:
+        assert stride == window and last_length < window and len(windows) >= 3
+    assert a["cls_id"] != a["sep_id"] and not np.isin(a["token_ids"], [a["cls_id"], a["sep_id"]]).any()
+    encoder = fake_window_encoder(a["T"], a["C"], a["A"], a["B"])
+    got = loop_alternative(a["token_ids"], window, stride, encoder, a["cls_id"], a["sep_id"])
+    for g, e in zip(got, case.expected()):
+        np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+
+
+def test_the_fake_encoder_ignores_padding_but_not_the_mask():
+    rng = np.random.default_rng(0)
+    T, C, A, B = (rng.normal(size=(8, 3)) for _ in range(4))
+    enc = fake_window_encoder(T, C, A, B)
+    ids = np.array([[1, 4, 5, 2, 0, 0]])
+    alone = enc(ids[:, :4], np.ones((1, 4), int))
+    padded = enc(ids, np.array([[1, 1, 1, 1, 0, 0]]))
+    np.testing.assert_allclose(padded[:, :4], alone, rtol=0, atol=0)
+    assert np.all(padded[:, 4:] == 1e3)
+    assert not np.allclose(enc(ids, np.ones((1, 6), int))[:, :4], alone)      # an all-ones mask shows
+
+
+def test_one_window_is_the_ordinary_encoding():
+    rng = np.random.default_rng(1)
+    enc = fake_window_encoder(*(rng.normal(size=(12, 4)) for _ in range(4)))
+    ids = np.array([3, 7, 5])
+    states, emb = tp.encode_long_document(ids, 8, 3, enc, 1, 2)
+    row = np.array([[1, 3, 7, 5, 2]])
+    expected = enc(row, np.ones_like(row))
+    np.testing.assert_allclose(states, expected[0], rtol=1e-15)
+    np.testing.assert_allclose(emb, tp.sentence_embeddings(expected, np.ones_like(row))[0], rtol=1e-14)
+
+
+@needs_model
+def test_the_windows_are_those_of_the_tokenizers_library():
+    """tokenizers' overflowing windows (its `stride` is the OVERLAP, window - stride here) are the same."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tp.model_path() / "tokenizer.json"))
+    tok.no_padding()
+    words = "the cat sat on a mat and it was very tired so he slept all day long in the sun".split()
+    for n in range(1, len(words) + 1):
+        for window in range(1, 8):
+            for stride in range(1, window + 1):
+                tok.enable_truncation(max_length=window + 2, stride=window - stride)
+                enc = tok.encode(" ".join(words[:n]))
+                theirs = [tuple(e.tokens[1:-1]) for e in [enc, *enc.overflowing]]
+                assert theirs == [tuple(words[s:e]) for s, e in tp.document_windows(n, window, stride)]
+
+
+@needs_model
+def test_a_long_document_read_in_one_window_is_the_sentence_embedding(models):
+    model = models[np.float64]
+    batch = model.tokenize(["The cat sat on the mat because it was tired."])
+    states, emb = tp.encode_long_document(batch.input_ids[0, 1:-1], 64, 32, model.token_states, 101, 102)
+    np.testing.assert_allclose(states, model.token_states(batch.input_ids)[0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(emb, model.encode(["The cat sat on the mat because it was tired."])[0],
+                               rtol=0, atol=1e-12)

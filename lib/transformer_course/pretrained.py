@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._checks import check_array, describe
+from ._checks import check_array, describe, positive_int
 from .encoder import TransformerEncoderBlock
 from .normalization import layer_norm
 
@@ -409,6 +409,99 @@ class SentenceEncoder:
         states = self.token_states(batch.input_ids, batch.attention_mask, batch.token_type_ids)
         pooled = mean_pool(states, batch.attention_mask)
         return l2_normalize(pooled) if normalize else pooled
+
+
+# =============================================================================
+# Documents longer than one window (notebook 07, section 8)
+# =============================================================================
+# The model has 512 learned positions and was fine-tuned on inputs of at most 128 tokens. A longer
+# document is read in overlapping windows, each fed to the model as [CLS] + its tokens + [SEP]:
+#
+#     windows  [s_k, e_k),  s_k = k * stride,  e_k = min(s_k + window, n),  the last: the first with e_k = n
+#     owner(i) = argmax_k  min(i - s_k, e_k - 1 - i)   over the windows that hold token i
+#                (the context on its poorer side; ties go to the earlier window)
+#
+# Token i's state is taken from window owner(i); the document's [CLS] state comes from the first
+# window and its [SEP] state from the last, so that a document of at most `window` tokens gets
+# exactly the model's ordinary encoding.
+def document_windows(n: int, window: int, stride: int) -> list[tuple[int, int]]:
+    """The windows ``[start, end)`` that cover tokens ``0 .. n-1``.
+
+    Starts 0, stride, 2 stride, ...; each window holds up to ``window`` tokens; the first window
+    that reaches the end of the document is the last one (it may be shorter). This is the layout
+    of BERT's SQuAD code (``run_squad.py``, where ``stride`` is called ``doc_stride``).
+    """
+    n, window, stride = positive_int(n, "n"), positive_int(window, "window"), positive_int(stride, "stride")
+    if stride > window:
+        raise ValueError(f"stride must be at most window={window} (a larger step skips tokens), got {stride}")
+    windows = [(0, min(window, n))]
+    while windows[-1][1] < n:                                  # the last window has not reached the end
+        start = windows[-1][0] + stride
+        windows.append((start, min(start + window, n)))
+    return windows
+
+
+def max_context_owner(windows, n: int) -> np.ndarray:
+    """``(n,)`` int: for every token, the index of the window in which it has the most context.
+
+    The context of token i in window ``[s, e)`` is ``min(i - s, e - 1 - i)``: how many window tokens
+    it sees on its poorer side. Ties go to the earlier window (``argmax`` returns the first maximum).
+    """
+    bounds = np.array(windows, dtype=np.int64)                 # (K, 2)
+    starts, ends = bounds[:, :1], bounds[:, 1:]                # (K, 1) each
+    i = np.arange(positive_int(n, "n"))[None, :]               # (1, n)
+    inside = (starts <= i) & (i < ends)                        # (K, n)
+    if not inside.any(axis=0).all():
+        raise ValueError(f"the windows {windows} do not cover every token of 0..{n - 1}")
+    context = np.minimum(i - starts, ends - 1 - i)             # (K, n), >= 0 inside the window
+    return np.where(inside, context, -1).argmax(axis=0)        # (n,)
+
+
+def encode_long_document(token_ids, window, stride, encode_window, cls_id, sep_id):
+    """Token states and embedding of a document longer than the model's input, read in windows.
+
+    token_ids:     ``(n,)`` integers, n >= 1: the document's WordPiece ids without [CLS] and [SEP].
+    window:        tokens of the document per window; the model sees ``window + 2`` ids per window.
+    stride:        ``1 <= stride <= window``, the step between window starts.
+    encode_window: a function ``(input_ids (b, m), attention_mask (b, m) of 1/0) -> states (b, m, d)``,
+                   e.g. the whole encoder; padded positions (mask 0, id 0) must not change the others.
+    cls_id, sep_id: the ids of [CLS] and [SEP].
+    Returns ``(states (n + 2, d), embedding (d,))``: the states of ``[CLS] t_0 .. t_{n-1} [SEP]``, token
+    t_i's from its max-context window (:func:`max_context_owner`), [CLS]'s from the first window and
+    [SEP]'s from the last; the embedding is their mean, scaled to norm 1.
+    """
+    ids = np.asarray(token_ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"token_ids must be integer ids, got {describe(token_ids)}")
+    if ids.ndim != 1 or ids.size == 0:
+        raise ValueError(f"token_ids must be a non-empty 1-D array (n,) with n >= 1, got {describe(ids)}")
+    for name, value in (("cls_id", cls_id), ("sep_id", sep_id)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise TypeError(f"{name} must be a non-negative integer id, got {describe(value)}")
+    if not callable(encode_window):
+        raise TypeError(f"encode_window must be a function (input_ids, attention_mask) -> states, "
+                        f"got {describe(encode_window)}")
+    n = ids.size
+    windows = document_windows(n, window, stride)
+    owner = max_context_owner(windows, n)                                 # (n,)
+    # One padded batch: row k is [CLS] t_s .. t_{e-1} [SEP], then pads (id 0, mask 0).
+    longest = max(end - start for start, end in windows) + 2
+    batch_ids = np.zeros((len(windows), longest), dtype=np.int64)         # (K, m)
+    batch_mask = np.zeros((len(windows), longest), dtype=np.int64)        # (K, m)
+    for k, (start, end) in enumerate(windows):
+        row = np.concatenate([[cls_id], ids[start:end], [sep_id]])
+        batch_ids[k, :len(row)], batch_mask[k, :len(row)] = row, 1
+    states = check_array(encode_window(batch_ids, batch_mask), "encode_window(...)", min_ndim=3)
+    if states.shape[:2] != batch_ids.shape:
+        raise ValueError(f"encode_window must return states (b, m, d) for input_ids {batch_ids.shape}, "
+                         f"got {describe(states)}")
+    starts = np.array([start for start, _ in windows])                    # (K,)
+    column = 1 + np.arange(n) - starts[owner]                             # (n,): +1 for the window's [CLS]
+    last_start, last_end = windows[-1]
+    doc = np.concatenate([states[0, :1],                                  # the first window's [CLS]
+                          states[owner, column],                          # (n, d): each from its owner
+                          states[-1, 1 + last_end - last_start][None]])   # the last window's [SEP]
+    return doc, l2_normalize(doc.mean(axis=0))                            # (n + 2, d), (d,)
 
 
 # =============================================================================

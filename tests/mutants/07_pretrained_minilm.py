@@ -132,3 +132,150 @@ def pattern_score(weights, target, query_mask):
     return np.where(query_mask[None, :, None, :], on_target, 0.0).sum(axis=(1, 3)) / query_mask.sum()
 '''},
 }
+
+
+# ---------------------------------------------------------------- encode_long_document
+# The notebook's loop, with each knob a place where a plausible mistake goes.
+_LONG = '''
+def encode_long_document(token_ids, window, stride, encode_window, cls_id, sep_id):
+    ids = np.asarray(token_ids)
+    n = len(ids)
+    windows = [(0, min(window, n))]
+    while MORE:
+        start = windows[-1][0] + STEP
+        windows.append((start, min(start + window, n)))
+    best = np.full(n, -1.0)
+    token_states = [None] * n
+    for k, (start, end) in enumerate(windows):
+        row = np.concatenate([[cls_id], ids[start:end], [sep_id]])[None, :]
+        states = encode_window(row, np.ones_like(row))[0]
+        if k == 0:
+            cls_state = states[0]
+        if SEP_WHEN:
+            sep_state = states[-1]
+        for i in range(start, end):
+            context = SCORE
+            if BETTER:
+                best[i], token_states[i] = context, states[COLUMN]
+    doc = np.stack([cls_state, *token_states, sep_state])
+    pooled = POOLED
+    return doc, pooled / np.linalg.norm(pooled)
+'''
+_LONG_OK = {"MORE": "windows[-1][1] < n", "STEP": "stride", "SEP_WHEN": "True",
+            "SCORE": "min(i - start, end - 1 - i)", "BETTER": "context > best[i]", "COLUMN": "1 + i - start",
+            "POOLED": "doc.mean(axis=0)"}
+
+
+def _long(**changes):
+    src = _LONG
+    for key, value in {**_LONG_OK, **changes}.items():
+        src = src.replace(key, value)
+    return {"encode_long_document": src}
+
+
+MUTANTS.update({
+    "long document: each token from the first window that holds it": _long(BETTER="best[i] < 0"),
+    "long document: each token from the last window that holds it": _long(BETTER="True"),
+    "long document: ties go to the later window": _long(BETTER="context >= best[i]"),
+    "long document: the window whose centre is nearest (not the most context)":
+        _long(SCORE="-abs(i - (start + end - 1) / 2)", BETTER="context > best[i] or best[i] == -1"),
+    "long document: the window's [CLS] state read as the first token (column off by one)": _long(COLUMN="i - start"),
+    "long document: stride read as the overlap (as in HF tokenizers)": _long(STEP="max(window - stride, 1)"),
+    "long document: one more window when the last one ends exactly at n": _long(MORE="windows[-1][0] + window <= n"),
+    "long document: windows start every stride up to n": _long(MORE="windows[-1][0] + stride < n"),
+    "long document: [SEP] from the first window": _long(SEP_WHEN="k == 0"),
+    "long document: embedding over the document's tokens only ([CLS], [SEP] left out)":
+        _long(POOLED="doc[1:-1].mean(axis=0)"),
+    "long document: only full windows (the tail dropped)": {"encode_long_document": '''
+def encode_long_document(token_ids, window, stride, encode_window, cls_id, sep_id):
+    ids = np.asarray(token_ids)
+    n = len(ids)
+    starts = list(range(0, max(n - window, 0) + 1, stride))
+    best, token_states = np.full(n, -1), [np.zeros(1)] * n
+    for k, start in enumerate(starts):
+        end = min(start + window, n)
+        row = np.concatenate([[cls_id], ids[start:end], [sep_id]])[None, :]
+        states = encode_window(row, np.ones_like(row))[0]
+        if k == 0:
+            cls_state = states[0]
+        sep_state = states[-1]
+        for i in range(start, end):
+            context = min(i - start, end - 1 - i)
+            if context > best[i]:
+                best[i], token_states[i] = context, states[1 + i - start]
+    token_states = [s if s.shape == cls_state.shape else np.zeros_like(cls_state) for s in token_states]
+    doc = np.stack([cls_state, *token_states, sep_state])
+    pooled = doc.mean(axis=0)
+    return doc, pooled / np.linalg.norm(pooled)
+'''},
+    "long document: overlapping states averaged": {"encode_long_document": '''
+def encode_long_document(token_ids, window, stride, encode_window, cls_id, sep_id):
+    ids = np.asarray(token_ids)
+    n = len(ids)
+    total, count, start = 0.0, np.zeros(n), 0
+    while True:
+        end = min(start + window, n)
+        row = np.concatenate([[cls_id], ids[start:end], [sep_id]])[None, :]
+        states = encode_window(row, np.ones_like(row))[0]
+        if start == 0:
+            cls_state = states[0]
+            total = np.zeros((n, states.shape[-1]))
+        total = total + np.pad(states[1:-1], ((start, n - end), (0, 0)))
+        count = count + ((np.arange(n) >= start) & (np.arange(n) < end))
+        sep_state = states[-1]
+        if end == n:
+            break
+        start = start + stride
+    doc = np.concatenate([cls_state[None], total / count[:, None], sep_state[None]])
+    pooled = doc.mean(axis=0)
+    return doc, pooled / np.linalg.norm(pooled)
+'''},
+    "long document: windows batched and padded, but the mask all ones": {"encode_long_document": '''
+def encode_long_document(token_ids, window, stride, encode_window, cls_id, sep_id):
+    ids = np.asarray(token_ids)
+    n = len(ids)
+    windows = [(0, min(window, n))]
+    while windows[-1][1] < n:
+        start = windows[-1][0] + stride
+        windows.append((start, min(start + window, n)))
+    m = max(e - s for s, e in windows) + 2
+    batch = np.zeros((len(windows), m), dtype=int)
+    for k, (s, e) in enumerate(windows):
+        batch[k, :e - s + 2] = np.concatenate([[cls_id], ids[s:e], [sep_id]])
+    states = encode_window(batch, np.ones_like(batch))
+    starts, ends = np.array(windows).T
+    i = np.arange(n)
+    score = np.where((starts[:, None] <= i) & (i < ends[:, None]),
+                     np.minimum(i - starts[:, None], ends[:, None] - 1 - i), -1)
+    owner = score.argmax(axis=0)
+    doc = np.concatenate([states[0, :1], states[owner, 1 + i - starts[owner]],
+                          states[-1, 1 + ends[-1] - starts[-1]][None]])
+    pooled = doc.mean(axis=0)
+    return doc, pooled / np.linalg.norm(pooled)
+'''},
+    "long document: the embedding is the mean of the windows' own embeddings": {"encode_long_document": '''
+def encode_long_document(token_ids, window, stride, encode_window, cls_id, sep_id):
+    ids = np.asarray(token_ids)
+    n = len(ids)
+    windows = [(0, min(window, n))]
+    while windows[-1][1] < n:
+        start = windows[-1][0] + stride
+        windows.append((start, min(start + window, n)))
+    best, token_states, window_embs = np.full(n, -1), [None] * n, []
+    for k, (start, end) in enumerate(windows):
+        row = np.concatenate([[cls_id], ids[start:end], [sep_id]])[None, :]
+        states = encode_window(row, np.ones_like(row))[0]
+        if k == 0:
+            cls_state = states[0]
+        sep_state = states[-1]
+        e = states.mean(axis=0)
+        window_embs.append(e / np.linalg.norm(e))
+        for i in range(start, end):
+            context = min(i - start, end - 1 - i)
+            if context > best[i]:
+                best[i], token_states[i] = context, states[1 + i - start]
+    doc = np.stack([cls_state, *token_states, sep_state])
+    pooled = np.mean(window_embs, axis=0)
+    return doc, pooled / np.linalg.norm(pooled)
+'''},
+})

@@ -1,5 +1,5 @@
 """Hidden-test cases of notebook 07 (a pretrained model: embeddings, a checkpoint layer in the course's
-block, mean pooling + L2 normalisation, head pattern scores).
+block, mean pooling + L2 normalisation, head pattern scores, a long document read in windows).
 
 Every case draws a small random "checkpoint" or batch, never the real model: the inputs are cheap, and
 their shapes are chosen so that plausible mistakes show (see each section).
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..pretrained import LAYER_NAMES, embed_tokens, encoder_layer, pattern_score, sentence_embeddings
+from ..pretrained import (LAYER_NAMES, embed_tokens, encode_long_document, encoder_layer, pattern_score,
+                          sentence_embeddings)
 from . import CASES, Case
 
 
@@ -176,6 +177,76 @@ CASES["pretrained.pattern_score_padded"] = Case(
     description="padded batch: pads get no weight and are never counted")
 
 
+# ---------------------------------------------------------------------------
+# encode_long_document(token_ids, window, stride, encode_window, cls_id, sep_id)
+# A callable cannot be passed to the sandbox, so the case holds the tables of a stand-in encoder and
+# the hidden test builds it (the same few lines as fake_window_encoder below). Its state for a real
+# token at column p of a row with L real tokens is T[id] + mean of C over the row's real ids + A[p]
+# + B[L - 1 - p]: it depends on the position from both ends (a state taken from the wrong window,
+# an averaged one, a column off by one all show), on the window's content ([CLS]/[SEP] missing
+# shows) and on the mask (padding without mask 0 shows); padded positions come out as 1e3.
+# Five layouts, one per case: overlapping windows with ties and a shorter last window (window +
+# stride odd, window != 2 stride so that reading stride as the overlap shows), n - window a multiple
+# of stride (no window after the one that reaches the end), n = window + 1, a document of one
+# window (n <= window), and chunks (stride = window) with a short last chunk.
+# ---------------------------------------------------------------------------
+def fake_window_encoder(T, C, A, B):
+    """A stand-in for the model: ``(input_ids (b, m), attention_mask (b, m)) -> states (b, m, d)``."""
+    def encode_window(input_ids, attention_mask):
+        ids, real = np.asarray(input_ids), np.asarray(attention_mask) != 0      # (b, m) each
+        if ids.ndim != 2 or real.shape != ids.shape:
+            raise ValueError(f"expected input_ids and attention_mask (b, m), got {ids.shape} and {real.shape}")
+        length = real.sum(axis=1, keepdims=True)                                # (b, 1) real tokens per row
+        p = np.arange(ids.shape[1])[None, :]                                    # (1, m) column
+        context = (C[ids] * real[..., None]).sum(axis=1, keepdims=True) / length[..., None]   # (b, 1, d)
+        states = T[ids] + context + A[p] + B[np.maximum(length - 1 - p, 0)]     # (b, m, d)
+        return np.where(real[..., None], states, 1e3)
+    return encode_window
+
+
+def _long_inputs(rng, layout):
+    vocab, d = int(rng.integers(12, 21)), int(rng.integers(3, 6))
+    cls_id, sep_id = (int(v) for v in rng.choice(vocab, size=2, replace=False))
+    window = int(rng.integers(5, 11))
+    if layout == "overlap":
+        stride = int(rng.choice([s for s in range(2, window) if (window + s) % 2 == 1 and window != 2 * s]))
+        n = window + int(rng.integers(2, 4)) * stride + int(rng.integers(1, stride))   # last window shorter
+    elif layout == "exact":
+        stride = int(rng.integers(1, window))
+        n = window + int(rng.integers(1, 4)) * stride
+    elif layout == "one_over":
+        stride, n = int(rng.integers(1, window + 1)), window + 1
+    elif layout == "one_window":
+        stride, n = int(rng.integers(1, window + 1)), int(rng.integers(1, window + 1))
+    else:                                                                       # chunks
+        stride = window
+        n = window * int(rng.integers(2, 4)) + int(rng.integers(1, window))
+    words = np.setdiff1d(np.arange(vocab), [cls_id, sep_id])
+    return {
+        "token_ids": rng.choice(words, size=n), "window": window, "stride": stride,
+        "cls_id": cls_id, "sep_id": sep_id,
+        "T": rng.normal(0, 1, (vocab, d)), "C": rng.normal(0, 1, (vocab, d)),
+        "A": rng.normal(0, 1, (window + 2, d)), "B": rng.normal(0, 1, (window + 2, d)),
+    }
+
+
+def _long_ref(token_ids, window, stride, cls_id, sep_id, T, C, A, B):
+    return encode_long_document(token_ids, window, stride, fake_window_encoder(T, C, A, B), cls_id, sep_id)
+
+
+LONG_LAYOUTS = {
+    "overlap": "stride < window, window + stride odd (ties), the last window shorter",
+    "exact": "n - window a multiple of stride: the last window is full",
+    "one_over": "n = window + 1",
+    "one_window": "n <= window: one window, the model's ordinary encoding",
+    "chunks": "stride = window, a short last chunk",
+}
+for _layout, _description in LONG_LAYOUTS.items():
+    CASES[f"pretrained.long_document_{_layout}"] = Case(
+        lambda rng, layout=_layout: _long_inputs(rng, layout), _long_ref, ("states", "embedding"),
+        description=_description)
+
+
 # What each exercise's docstring promises, checked by tests/test_hidden_case_coverage.py.
 COVERAGE = {
     "embed_tokens": {"cases": ("pretrained.embed_tokens", "pretrained.embed_tokens_segments"), "requires": {"rank2"}},
@@ -185,4 +256,7 @@ COVERAGE = {
                             "requires": {"rank3", "padding"}},
     "pattern_score": {"cases": ("pretrained.pattern_score", "pretrained.pattern_score_padded"),
                       "requires": {"rank5", "saturated"}},
+    # The five layouts are asserted per case by tests/test_pretrained_minilm.py (no generic situation fits).
+    "encode_long_document": {"cases": tuple(f"pretrained.long_document_{k}" for k in LONG_LAYOUTS),
+                             "requires": set()},
 }
