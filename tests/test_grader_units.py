@@ -42,14 +42,16 @@ def released():
 # --------------------------------------------------------------------------- the source
 def test_source_tests_points_and_cases(assignment):
     tests = {t.grade_id: t for t in assignment.tests}
-    assert set(tests) == {"test_softmax", "test_sdpa"}
+    assert set(tests) == {"test_softmax", "test_sdpa", "test_lookup_query"}
     assert tests["test_softmax"].points == 2 and tests["test_sdpa"].points == 3
+    assert tests["test_lookup_query"].points == 3
     assert tests["test_softmax"].case_ids == ["attention.softmax", "attention.softmax_masked"]
     assert len(tests["test_sdpa"].case_ids) == 3
     assert "BEGIN HIDDEN" not in tests["test_sdpa"].visible and "hidden_case" not in tests["test_sdpa"].visible
     assert [w.grade_id for w in assignment.written] == ["written_values"]
-    assert assignment.max_points == 7
-    assert assignment.solution_names == {"softmax": ["softmax"], "sdpa": ["scaled_dot_product_attention"]}
+    assert assignment.max_points == 10
+    assert assignment.solution_names == {"softmax": ["softmax"], "sdpa": ["scaled_dot_product_attention"],
+                                         "lookup_query": ["lookup_query"]}
 
 
 # --------------------------------------------------------------------------- rebuilding a submission
@@ -64,9 +66,9 @@ def _instructor_tests(cells):
 def test_rebuild_untouched_release_keeps_order(assignment, released):
     cells, notes = notebooks.rebuild(assignment, released)
     assert notes == []
-    assert _instructor_tests(cells) == ["test_softmax", "test_sdpa"]
+    assert _instructor_tests(cells) == ["test_softmax", "test_sdpa", "test_lookup_query"]
     ids = [c.grade_id for c in cells if c.grade_id]
-    assert ids == ["softmax", "test_softmax", "sdpa", "test_sdpa", "written_values"]
+    assert ids == ["softmax", "test_softmax", "sdpa", "test_sdpa", "lookup_query", "test_lookup_query", "written_values"]
     test = _by_id(cells)["test_sdpa"]
     assert test.chunks[0]["hidden"] is False and test.chunks[1]["hidden"] is True
     assert "hidden_case" in test.chunks[1]["code"] and "hidden_case" not in test.source
@@ -92,13 +94,13 @@ def test_rebuild_restores_every_test_cell(assignment, released, change):
                 cell["cell_type"] = "markdown"
         out.append(cell)
     rebuilt, notes = notebooks.rebuild(assignment, out)
-    assert _instructor_tests(rebuilt) == ["test_softmax", "test_sdpa"]
+    assert _instructor_tests(rebuilt) == ["test_softmax", "test_sdpa", "test_lookup_query"]
     order = [c.grade_id for c in rebuilt if c.grade_id]
     assert order.index("softmax") < order.index("test_softmax") < order.index("sdpa") < order.index("test_sdpa")
     for t in assignment.tests:
         cell = _by_id(rebuilt)[t.grade_id]
         assert cell.cell_type == "code" and cell.chunks[0]["code"] == t.visible and cell.chunks[1]["code"] == t.hidden
-    assert len(notes) == 2
+    assert len(notes) == len(assignment.tests)                          # one note per test cell
 
 
 def test_rebuild_matches_solutions_without_metadata(assignment, released):
@@ -107,7 +109,7 @@ def test_rebuild_matches_solutions_without_metadata(assignment, released):
         cell["nbgrader"] = {}
     cells, notes = notebooks.rebuild(assignment, stripped)
     ids = [c.grade_id for c in cells if c.grade_id]
-    assert ids == ["softmax", "test_softmax", "sdpa", "test_sdpa"]       # the written answer is lost
+    assert ids == ["softmax", "test_softmax", "sdpa", "test_sdpa", "lookup_query", "test_lookup_query"]  # the written answer is lost
     assert any("matched by the functions it defines" in n for n in notes)
 
 
@@ -117,7 +119,7 @@ def test_rebuild_duplicate_test_cells_run_once_as_the_instructors(assignment, re
     dup["source"] = "print('copy')"
     cells.insert(3, dup)
     rebuilt, _ = notebooks.rebuild(assignment, cells)
-    assert _instructor_tests(rebuilt) == ["test_softmax", "test_sdpa"]
+    assert _instructor_tests(rebuilt) == ["test_softmax", "test_sdpa", "test_lookup_query"]
     assert any(c.source == "print('copy')" and c.owner == "student" and c.grade_id is None for c in rebuilt)
 
 
@@ -272,7 +274,7 @@ def _run_with_package(dest, code):
 
 def test_sandbox_package_blocks_this_notebooks_functions(tmp_path, assignment):
     plan = package.plan_for(assignment, ROOT / "lib")
-    assert plan.blocked_names == {"softmax", "scaled_dot_product_attention"}
+    assert plan.blocked_names == {"softmax", "scaled_dot_product_attention", "lookup_query"}
     dest = package.build_sandbox_package(ROOT / "lib", tmp_path / "pkg", plan, NAME)
     assert not (dest / "transformer_course" / "grading" / "cases_01_attention.py").exists()
     out = _run_with_package(dest, (
@@ -753,7 +755,8 @@ def test_stripped_metadata_tests_run_where_they_were_not_after_a_scratch_cell(as
     student = [{"cell_type": c["cell_type"], "source": "".join(c["source"]), "nbgrader": {}} for c in nb["cells"]]
     cells, notes = notebooks.rebuild(assignment, student)
     order = [(c.kind, c.grade_id) for c in cells if c.kind in ("solution", "test")]
-    assert order == [("solution", "softmax"), ("test", "test_softmax"), ("solution", "sdpa"), ("test", "test_sdpa")]
+    assert order == [("solution", "softmax"), ("test", "test_softmax"), ("solution", "sdpa"), ("test", "test_sdpa"),
+                     ("solution", "lookup_query"), ("test", "test_lookup_query")]
     scratch = next(i for i, c in enumerate(cells) if "scratch" in c.source)
     assert scratch == len(cells) - 1
     assert max(i for i, c in enumerate(cells) if c.kind == "test") < scratch

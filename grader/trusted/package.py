@@ -307,6 +307,10 @@ def _built_by(assignment, code: CourseCode) -> set[tuple[str, str]]:
     found = {(m, n) for m, n in reference_names([CASES[c] for c in assignment.case_ids if c in CASES])
              if m in code.files}
     solution_names = {n for names in assignment.solution_names.values() for n in names}
+    # Helpers a solution defines inside its function count too: a stub whose answer splits into
+    # document_windows + max_context_owner must not find the package's versions of those.
+    solution_names |= {node.name for tree in _code_cells(assignment, kinds=("solution",)) for node in ast.walk(tree)
+                       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     for module in code.files:
         if _is_grading(module) or module.endswith("__main__"):
             continue
