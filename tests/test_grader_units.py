@@ -762,3 +762,13 @@ def test_stripped_metadata_tests_run_where_they_were_not_after_a_scratch_cell(as
     assert max(i for i, c in enumerate(cells) if c.kind == "test") < scratch
     sdpa = next(c for c in cells if c.grade_id == "sdpa")
     assert "np.sqrt(Q.shape[-1])" in sdpa.source          # the answer, not the scratch (scaled by d_k)
+
+
+def test_helpers_a_solution_defines_inside_its_function_are_blocked_too():
+    """Notebook 07's encode_long_document splits into document_windows and max_context_owner, defined
+    inside the solution; the package's functions of those names would hand a student the hard part."""
+    from transformer_course.grading import CASES
+
+    a = notebooks.load_assignment(ROOT / "notebooks", "07_pretrained_minilm", CASES, ROOT / "exercises")
+    blocked = {n for _, n in package.plan_for(a, ROOT / "lib").blocked}
+    assert {"encode_long_document", "document_windows", "max_context_owner"} <= blocked, blocked
