@@ -22,10 +22,12 @@ from docutils import nodes
 
 # The sentences that speak to a student working on the exercise, not to a reader of the solution.
 STUDENT_ONLY = [
+    # (any line breaks between the words: a space in these patterns matches any run of white space)
     (re.compile(r"(?:How to work through it: )?(?:[Rr]un the cells|Work) from the top\. Cells that say "
-                r"`# YOUR CODE HERE` are yours;\s+the cell after each one (?:holds tests that\s+print the "
-                r"relative error of your result against the\s+expected values|tests\s+it)\.\s*"), ""),
+                r"`# YOUR CODE HERE` are yours; the cell after each one (?:holds tests that print the "
+                r"relative error of your result against the expected values|tests it)\.\s*".replace(" ", r"\s+")), ""),
     (re.compile(r"\(written answer, graded by hand\)"), "(written answer)"),
+    (re.compile(r" ?\(graded by hand\)"), ""),
 ]
 
 TEX_TO_TEXT = [

@@ -206,4 +206,7 @@ def test_stored_reference_is_fresh(lm32, reference32):
     ref = ref_mod.read_reference()
     for i in range(len(ref_mod.REFERENCE_PROMPTS)):
         live = ref_mod.reference_logits(model, ref[f"ids_{i}"])[-1][ref["vocab_sample"]]
-        assert np.abs(live - ref[f"last_logits_{i}"]).max() < 1e-5
+        # Same code, same weights; PyTorch's float32 sums still change order with its thread count and
+        # kernel (measured here: 2.5e-5 between a loaded 2-core run and the stored one), so the bound is
+        # the float32 one of the comparison tests (1e-4, logits up to ~34), not a bit-for-bit match.
+        assert np.abs(live - ref[f"last_logits_{i}"]).max() < 1e-4
