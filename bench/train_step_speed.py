@@ -15,7 +15,7 @@ Target (issue 17): fast NumPy / PyTorch <= 1.5, with default threads.
 
 Usage::
 
-    .venv/bin/python bench/train_step_speed.py              # 3 rounds x 300 steps (~1 min)
+    .venv/bin/python bench/train_step_speed.py              # 3 rounds x 300 steps (~2 min)
     .venv/bin/python bench/train_step_speed.py --quick      # 1 round x 30 steps (smoke run)
 """
 

@@ -224,8 +224,13 @@ class FastTrainer:
         with _single_threaded_blas() if self._pin_blas else _nullcontext():
             loss = self._forward(ws)
             self._backward(ws)
-            self._adamw()
+            self._update()
         return loss
+
+    def update(self) -> None:
+        """The AdamW update of ``model.params`` from the current :attr:`grads` (what :meth:`step`
+        does after :meth:`loss_and_grads`); ``grads`` may be written by the caller first."""
+        self._update()
 
     # -- the batch -------------------------------------------------------------------------------------
 
@@ -409,7 +414,7 @@ class FastTrainer:
 
     # -- AdamW -----------------------------------------------------------------------------------------
 
-    def _adamw(self) -> None:
+    def _update(self) -> None:
         """:meth:`transformer_course.training.AdamW.step` on the flat buffers, the same operations
         in the same order (so the same rounding), in place."""
         self.t += 1
