@@ -142,6 +142,8 @@ class _Workspace:
         self.dP = np.empty((h, n, B, n), **f)
         self.D = np.empty((h, T), **f)
         self.gather = np.empty((T, d), **f)
+        self.w_qkv_t = np.empty((3 * d, d), **f)                       # dW_qkv^T, then transposed into place
+        self.w_u_t = np.empty((V, d), **f)                             # dU^T
         self.embed_index = np.empty((d, T), dtype=np.intp)             # token[t] * d + j at (j, t): dE's flat index
         self.feature = np.arange(d, dtype=np.intp)[:, None]            # (d, 1)
         self.token_row = np.empty(T, dtype=np.intp)                     # token[t] * d
@@ -342,7 +344,7 @@ class FastTrainer:
 
     def _backward(self, ws: _Workspace) -> None:
         dz = ws.logits                                           # dL/dlogits^T (V, T)
-        np.matmul(ws.xf, dz.T, out=self._dU)                     # dU = xf^T dlogits
+        _weight_grad(ws.xf, dz, self._dU, ws.w_u_t)              # dU = xf^T dlogits
         dxf = ws.td[0]
         np.matmul(self._U, dz, out=dxf)
         dx = ws.td[1]
@@ -408,7 +410,7 @@ class FastTrainer:
         np.matmul(k, dPb, out=dq)                                # dq'^T = k^T dS^T
         np.matmul(q, dPb.transpose(0, 1, 3, 2), out=dk)          # dK^T = q'^T dS  (q' holds the scale)
         ws.dqkv[:d] *= 1.0 / math.sqrt(dh)                       # dQ = dq' / sqrt(d_head)
-        np.matmul(ws.a[i], ws.dqkv.T, out=lay.dW_qkv)            # (d, 3d)
+        _weight_grad(ws.a[i], ws.dqkv, lay.dW_qkv, ws.w_qkv_t)   # (d, 3d) = a^T dqkv
         da = ws.td[0]
         np.matmul(lay.W_qkv, ws.dqkv, out=da)
         dx_ln = ws.td[3]
@@ -447,6 +449,17 @@ class _nullcontext:
 
     def __exit__(self, *exc):
         return False
+
+
+def _weight_grad(x, dy, out, scratch):
+    """``out = x dy^T`` for feature-major ``x`` ``(d_in, T)``, ``dy`` ``(d_out, T)`` (a weight's gradient).
+
+    Both operands are contiguous along T, the summed axis. OpenBLAS (through NumPy) measured
+    ~25% faster computing the ``(d_out, d_in)`` transpose into ``scratch`` and copying it
+    over than writing the wide ``(d_in, d_out)`` result directly (d_out = 3d, V here).
+    """
+    np.matmul(dy, x.T, out=scratch)
+    np.copyto(out, scratch.T)
 
 
 def _heads(qkv, h: int, dh: int, B: int, n: int):
