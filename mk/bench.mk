@@ -6,7 +6,7 @@
 #                      writes bench/results/latest.{md,json,png} and the table in bench/README.md
 #   make bench-llm     SmolLM2-135M per-token latency and prefill (bench/llm_speed.py, ~3 min):
 #                      bench/results/llm_speed.txt
-#   make bench-train   one training step of notebook 10's model (bench/train_step_speed.py, ~1 min):
+#   make bench-train   one training step of notebook 10's model (bench/train_step_speed.py, ~2 min):
 #                      bench/results/train_step.txt
 #   make bench-quick   smoke run of bench/run.py (small shapes, a few seconds per row), writes nothing
 
