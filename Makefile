@@ -64,9 +64,16 @@ lab-instructor: env ## JupyterLab for instructors: notebooks/ (sources), Formgra
 		--LabApp.default_url=/lab/tree/notebooks
 
 # ---------------------------------------------------------------- checks
+# pytest runs on TEST_WORKERS workers (pytest-xdist; tests/conftest.py keeps a module's shared
+# fixture on one worker), each on ONE BLAS/OpenMP thread unless the environment sets the counts:
+# two workers with two spinning OpenBLAS threads each on 2 cores ran 10x slower in places.
+# Then nbval three times at once: as the machine is, and under two other OpenBLAS kernels.
+TEST_WORKERS ?= 2
 test: test-env ## everything CI checks
-	$(PY) -m pytest tests -p no:cacheprovider --timeout=900
-	$(MAKE) --no-print-directory nbval nbval-blas
+	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1} OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
+		MKL_NUM_THREADS=$${MKL_NUM_THREADS:-1} \
+		$(PY) -m pytest tests -p no:cacheprovider --timeout=900 -n $(TEST_WORKERS) --durations=15
+	$(PY) tools/nbval_blas.py --default
 
 nbval: test-env ## re-execute every notebook in solutions/ and compare its outputs (strict)
 	$(PY) -m pytest --nbval solutions --nbval-sanitize-with tools/nbval-sanitize.cfg \

@@ -56,7 +56,7 @@ CHROMIUM_FLAGS = [
     "--no-first-run",
     "--disable-quic",
 ]
-PAGE_TIMEOUT_MS = 120_000
+PAGE_TIMEOUT_MS = 300_000
 INSTALL_BROWSER = (
     "install it with `make browser-deps` (runs `apt-get install -y chromium`); "
     "never `playwright install`, which downloads a browser and fails offline"

@@ -1,6 +1,7 @@
 """Re-run strict nbval on solutions/ under other OpenBLAS kernels and thread counts.
 
-    python tools/nbval_blas.py          # (make test runs it after the plain nbval)
+    python tools/nbval_blas.py              # the two other kernels (make nbval-blas)
+    python tools/nbval_blas.py --default    # and the plain run beside them (make test: all three at once)
 
 The committed solutions were executed on one machine; a reader's laptop or a CI runner
 picks another BLAS kernel (Haswell, SkylakeX, Sandybridge, ...) and another number of
@@ -49,23 +50,30 @@ def other_kernels(n: int = 2) -> list[str]:
     return usable[:n]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     runs = list(zip(other_kernels(), ("1", "2")))
     if len(runs) < 2:
         print(f"nbval-blas: this CPU offers {len(runs)} other OpenBLAS kernel(s); checking those only")
+    if "--default" in argv:     # the machine's own kernel and thread count, as `make nbval` runs it
+        runs.insert(0, (None, None))
     nbval = [sys.executable, "-m", "pytest", "--nbval", "solutions", "--nbval-sanitize-with",
              "tools/nbval-sanitize.cfg", "-p", "no:cacheprovider", "-o", "testpaths=solutions", "-q"]
     procs = []
     t0 = time.perf_counter()
     for kernel, threads in runs:
-        env = dict(os.environ, OPENBLAS_CORETYPE=kernel, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads)
+        env = dict(os.environ)
+        if kernel is not None:
+            env.update(OPENBLAS_CORETYPE=kernel, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads)
         procs.append((kernel, threads, subprocess.Popen(nbval, cwd=ROOT, env=env, text=True,
                                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
     failed = 0
     for kernel, threads, proc in procs:
         out, _ = proc.communicate()
         summary = out.strip().splitlines()[-1] if out.strip() else "(no output)"
-        print(f"nbval with OPENBLAS_CORETYPE={kernel}, {threads} thread(s): {summary}")
+        setting = ("the environment's kernel and threads" if kernel is None
+                   else f"OPENBLAS_CORETYPE={kernel}, {threads} thread(s)")
+        print(f"nbval with {setting}: {summary}")
         if proc.returncode != 0:
             failed += 1
             print(out)
