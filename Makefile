@@ -65,13 +65,13 @@ lab-instructor: env ## JupyterLab for instructors: notebooks/ (sources), Formgra
 
 # ---------------------------------------------------------------- checks
 # pytest runs on TEST_WORKERS workers (pytest-xdist; tests/conftest.py keeps a module's shared
-# fixture on one worker), each on ONE BLAS/OpenMP thread unless the environment sets the counts:
-# two workers with two spinning OpenBLAS threads each on 2 cores ran 10x slower in places.
-# Then nbval three times at once: as the machine is, and under two other OpenBLAS kernels.
+# fixture on one worker), each on ONE BLAS/OpenMP thread always: two workers with two spinning
+# OpenBLAS threads each on 2 cores ran 10x slower in places and starved the browser tests.
+# The thread count the environment asks for is exercised by nbval, which runs three times at once:
+# as the machine is (the environment's kernel and threads), and under two other OpenBLAS kernels.
 TEST_WORKERS ?= 2
 test: test-env ## everything CI checks
-	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1} OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
-		MKL_NUM_THREADS=$${MKL_NUM_THREADS:-1} \
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
 		$(PY) -m pytest tests -p no:cacheprovider --timeout=900 -n $(TEST_WORKERS) --durations=15
 	$(PY) tools/nbval_blas.py --default
 
