@@ -241,6 +241,79 @@ def test_merge_streams_joins_only_neighbouring_chunks_of_one_stream():
         ("display_data", None, None), ("stream", "stdout", "d\n")]
 
 
+def _png(pixels):
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.asarray(pixels, dtype=np.uint8)).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _committed_figure():
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    nb = nbformat.read(ROOT / "solutions" / NAMES[0] / f"{NAMES[0]}.ipynb", as_version=4)
+    png = next(o.data["image/png"] for c in nb.cells if c.cell_type == "code"
+               for o in c.outputs if "image/png" in o.get("data", {}))
+    return png, np.asarray(Image.open(io.BytesIO(base64.b64decode(png))).convert("RGBA"))
+
+
+def test_same_picture_accepts_antialiasing_noise_and_nothing_more():
+    import numpy as np
+
+    png, pixels = _committed_figure()                                  # (height, width, 4)
+    assert course.same_picture(png, png)
+    rng = np.random.default_rng(0)
+    h, w, _ = pixels.shape
+    noisy = pixels.astype(int)
+    rows, cols = rng.integers(0, h, 60), rng.integers(0, w, 60)
+    noisy[rows, cols, :3] = np.clip(noisy[rows, cols, :3] + 4, 0, 255)  # 60 edge pixels, 4 levels (measured: 07)
+    assert course.same_picture(png, _png(noisy))
+    moved = pixels.copy()
+    moved[h // 2:h // 2 + 6, w // 4:w // 4 + 60, :3] = 255 - moved[h // 2:h // 2 + 6, w // 4:w // 4 + 60, :3]
+    assert not course.same_picture(png, _png(moved))                   # a bar that moved: 360 pixels
+    spread = pixels.astype(int)
+    spread[::2, ::2, :3] = np.clip(spread[::2, ::2, :3] + 1, 0, 255)    # a quarter of the image, 1 level
+    assert not course.same_picture(png, _png(spread))
+    one_level_off = pixels.astype(int)
+    one_level_off[0, 0, :3] = (one_level_off[0, 0, :3] + course.PICTURE_MAX_LEVELS + 1) % 256
+    assert not course.same_picture(png, _png(one_level_off))           # one pixel far off
+    assert not course.same_picture(png, _png(pixels[:-1]))             # another size
+
+
+def test_keep_unchanged_figures_keeps_only_same_pictures_in_unchanged_cells():
+    import numpy as np
+
+    png, pixels = _committed_figure()
+    near = pixels.astype(int)
+    near[5, 5, 0] += 1 if near[5, 5, 0] < 255 else -1                   # one pixel, one level
+    far = 255 - pixels
+    out = nbformat.v4.new_output
+
+    def notebook(*figures, text="ratio 0.5\n"):
+        cells = [nbformat.v4.new_code_cell(f"plot({i})") for i in range(len(figures))]
+        for cell, fig in zip(cells, figures):
+            cell.outputs = [out("stream", name="stdout", text=text),
+                            out("display_data", data={"image/png": fig, "text/plain": "<Figure>"})]
+        return nbformat.v4.new_notebook(cells=cells)
+
+    old = notebook(png, png, png)
+    new = notebook(_png(near), _png(far), _png(near), text="ratio 0.6\n")
+    new.cells[2].source = "plot(2, colour='red')"                      # an edited cell is written as it is
+    assert course.keep_unchanged_figures(new, old) == 1
+    figures = [c.outputs[1].data["image/png"] for c in new.cells]
+    assert figures[0] == png and figures[1] == _png(far) and figures[2] == _png(near)
+    assert all(c.outputs[0].text == "ratio 0.6\n" for c in new.cells)  # text is never replaced
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_committed_solutions_have_merged_streams(name):
     # Written through merge_streams, so rebuilding them does not change them just because the
