@@ -75,9 +75,9 @@ test: test-env ## everything CI checks
 		$(PY) -m pytest tests -p no:cacheprovider --timeout=900 -n $(TEST_WORKERS) --durations=15
 	$(PY) tools/nbval_blas.py --default
 
-nbval: test-env ## re-execute every notebook in solutions/ and compare its outputs (strict)
+nbval: test-env ## re-execute every notebook in solutions/ and compare its outputs and figures (strict)
 	$(PY) -m pytest --nbval solutions --nbval-sanitize-with tools/nbval-sanitize.cfg \
-		-p no:cacheprovider -o testpaths=solutions -q
+		-p tools.nbval_figures -p no:cacheprovider -o testpaths=solutions -q
 
 nbval-blas: test-env ## nbval again under two other OpenBLAS kernels, one of them on one thread
 	$(PY) tools/nbval_blas.py

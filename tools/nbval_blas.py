@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     if "--default" in argv:     # the machine's own kernel and thread count, as `make nbval` runs it
         runs.insert(0, (None, None))
     nbval = [sys.executable, "-m", "pytest", "--nbval", "solutions", "--nbval-sanitize-with",
-             "tools/nbval-sanitize.cfg", "-p", "no:cacheprovider", "-o", "testpaths=solutions", "-q"]
+             "tools/nbval-sanitize.cfg", "-p", "tools.nbval_figures", "-p", "no:cacheprovider",
+             "-o", "testpaths=solutions", "-q"]
     procs = []
     t0 = time.perf_counter()
     for kernel, threads in runs:

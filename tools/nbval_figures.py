@@ -1,0 +1,46 @@
+"""nbval plugin: compare the figures too.
+
+nbval skips image/png (unless it runs with nbdime), so a figure whose pixels depend on the BLAS
+kernel would pass `make test` and still change the committed solutions on the next `make`. With
+`-p tools.nbval_figures` every figure of a re-executed cell must be the same picture as the
+committed one, by the rule `make` itself uses to keep a re-drawn figure (tools/course.py,
+`same_picture`: antialiasing noise of at most PICTURE_MAX_LEVELS on at most PICTURE_MAX_PIXELS of
+the pixels). Cells tagged nbval-ignore-output are not compared at all, as in plain nbval.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from nbval.plugin import IPyNbCell
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from course import PICTURE_MAX_LEVELS, PICTURE_MAX_PIXELS, same_picture  # noqa: E402
+
+_compare_text = IPyNbCell.compare_outputs
+
+
+def figures(outputs) -> list[str]:
+    """The base64 PNGs among a cell's outputs, in order."""
+    return [out["data"]["image/png"] for out in outputs if "image/png" in out.get("data", {})]
+
+
+def compare_outputs(self, test, ref, skip_compare=None):
+    if not _compare_text(self, test, ref, skip_compare):
+        return False
+    got, want = figures(test), figures(ref)
+    if len(got) != len(want):
+        self.comparison_traceback.append(f"the cell drew {len(got)} figure(s); the committed one has {len(want)}")
+        return False
+    for i, (a, b) in enumerate(zip(want, got)):
+        if not same_picture(a, b):
+            self.comparison_traceback.append(
+                f"figure {i + 1} of this cell is not the same picture as the committed one: more than "
+                f"antialiasing noise (> {PICTURE_MAX_LEVELS} levels, or > {PICTURE_MAX_PIXELS:.1%} of the "
+                "pixels). A plotted quantity depends on round-off, or the solutions are stale (`make solutions`).")
+            return False
+    return True
+
+
+IPyNbCell.compare_outputs = compare_outputs
