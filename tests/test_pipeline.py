@@ -274,14 +274,15 @@ def test_same_picture_accepts_antialiasing_noise_and_nothing_more():
     rng = np.random.default_rng(0)
     h, w, _ = pixels.shape
     noisy = pixels.astype(int)
-    rows, cols = rng.integers(0, h, 60), rng.integers(0, w, 60)
-    noisy[rows, cols, :3] = np.clip(noisy[rows, cols, :3] + 4, 0, 255)  # 60 edge pixels, 4 levels (measured: 07)
+    rows, cols = np.unravel_index(rng.choice(h * w, 60, replace=False), (h, w))
+    noisy[rows, cols, :3] += np.where(noisy[rows, cols, :3] >= 4, -4, 4)  # 60 pixels, 4 levels (measured: 07)
+    assert (np.abs(noisy - pixels).max(axis=-1) == 4).sum() == 60
     assert course.same_picture(png, _png(noisy))
     moved = pixels.copy()
     moved[h // 2:h // 2 + 6, w // 4:w // 4 + 60, :3] = 255 - moved[h // 2:h // 2 + 6, w // 4:w // 4 + 60, :3]
     assert not course.same_picture(png, _png(moved))                   # a bar that moved: 360 pixels
     spread = pixels.astype(int)
-    spread[::2, ::2, :3] = np.clip(spread[::2, ::2, :3] + 1, 0, 255)    # a quarter of the image, 1 level
+    spread[::2, ::2, :3] += np.where(spread[::2, ::2, :3] >= 1, -1, 1)  # a quarter of the image, 1 level
     assert not course.same_picture(png, _png(spread))
     one_level_off = pixels.astype(int)
     one_level_off[0, 0, :3] = (one_level_off[0, 0, :3] + course.PICTURE_MAX_LEVELS + 1) % 256

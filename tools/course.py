@@ -240,10 +240,9 @@ def keep_unchanged_figures(new, old) -> int:
     on another machine leaves the committed solutions as they are. Text outputs are never
     touched: they must come out identical everywhere (nbval checks that). Returns the count."""
     kept = 0
-    old_cells = {(i, c.source): c for i, c in enumerate(old.cells)}
-    for i, cell in enumerate(new.cells):
-        before = old_cells.get((i, cell.source))
-        if cell.cell_type != "code" or before is None or len(before.outputs) != len(cell.outputs):
+    for cell, before in zip(new.cells, old.cells):
+        if (cell.cell_type != "code" or before.cell_type != "code" or before.source != cell.source
+                or len(before.outputs) != len(cell.outputs)):
             continue
         for out, prev in zip(cell.outputs, before.outputs):
             png, prev_png = out.get("data", {}).get("image/png"), prev.get("data", {}).get("image/png")
