@@ -137,13 +137,18 @@ def unasserted_cases(name: str, nb) -> list[str]:
                 continue
             comment = "\n".join(l for l in lines[start - 1:end - 1] if l.lstrip().startswith("#"))
             checked = re.sub(r"\s+", "", "\n".join(re.sub(r"#.*$", "", l) for l in lines[start:end - 1]))
-            keywords = {k.arg for node in ast.walk(ast.parse(python_source(text))) if isinstance(node, ast.Call)
-                        and start < node.lineno < end for k in node.keywords if k.arg}
+            calls = [k for node in ast.walk(ast.parse(python_source(text))) if isinstance(node, ast.Call)
+                     and start < node.lineno < end for k in node.keywords if k.arg]
+            keywords = {k.arg for k in calls}
+            by_variable = {k.arg for k in calls if not isinstance(k.value, (ast.Constant, ast.UnaryOp))}
+            numbers = set(re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])", checked))
             for setting, value in SETTING.findall(comment):
                 # Only a setting of an argument the case passes by keyword (p for top_p=..., temperature=...):
                 # "d = 4" describing the inputs is context, not a case.
-                argument = any(k == setting or k.endswith("_" + setting) for k in keywords)
-                if argument and not re.search(rf"(?<![\w.]){re.escape(setting)}=-?{re.escape(value)}(?![\d.])|"
+                matching = {k for k in keywords if k == setting or k.endswith("_" + setting)}
+                if matching & by_variable and value in numbers:
+                    continue                          # run through a variable (a loop, a computed value)
+                if matching and not re.search(rf"(?<![\w.]){re.escape(setting)}=-?{re.escape(value)}(?![\d.])|"
                                               rf"_{re.escape(setting)}=-?{re.escape(value)}(?![\d.])", checked):
                     found.append(f"{label(name, i, cell)}: case {number} names {setting} = {value}, but the case's "
                                  f"code never runs it")
