@@ -179,6 +179,7 @@ def worker_torch(args):
 
     t0 = time.perf_counter()
     model, _ = load_reference("float32")
+    model.generation_config.eos_token_id = None          # exactly n new tokens, as the other decoders
     load = time.perf_counter() - t0
     prompt = torch.as_tensor(prompt_ids(PROMPT)[None], dtype=torch.long)
     out = {"loop": [], "generate": [], "prefill": [], "loop_cpu": []}
@@ -273,6 +274,18 @@ def storage_bytes(f32_bytes: int) -> dict:
     return {"F64": 2 * f32_bytes, "F32": f32_bytes, "Q8_0": n * 34 // 32, "Q4_1": as_stored}
 
 
+@contextlib.contextmanager
+def _quiet_stderr():
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def requantized_files(folder: str, ftypes=("Q8_0", "F32")) -> dict:
     """The package's GGUF file re-stored by llama.cpp's quantizer; ``{format: path}``."""
     import ctypes
@@ -291,7 +304,8 @@ def requantized_files(folder: str, ftypes=("Q8_0", "F32")) -> dict:
         params.ftype = codes[fmt]
         params.allow_requantize = True
         params.nthread = 2
-        rc = llama_cpp.llama_model_quantize(source.encode(), path.encode(), ctypes.byref(params))
+        with _quiet_stderr():                      # llama.cpp logs every tensor to fd 2
+            rc = llama_cpp.llama_model_quantize(source.encode(), path.encode(), ctypes.byref(params))
         if rc == 0:
             files[fmt] = path
     return files
@@ -311,8 +325,8 @@ def run_worker(kind, args, threads, gguf=None):
     before = load_avg()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines()
-        return None, lines[-1] if lines else "failed"
+        lines = [ln for ln in proc.stderr.strip().splitlines() if "Error" in ln or "error" in ln]
+        return None, f"exit code {proc.returncode}: " + (lines[-1] if lines else proc.stderr.strip()[-300:])
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["load_avg"] = [before, load_avg()]
     return result, None

@@ -18,6 +18,7 @@ The differences come from summation order only: fused matrices, the folded RMSNo
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import numpy as np
@@ -174,6 +175,13 @@ def test_bad_arguments_are_refused_with_their_name():
     bad = dict(w, **{"blk.0.attn_k.weight": w["blk.0.attn_k.weight"][:, :-1]})
     with pytest.raises(ValueError, match=r"weights\['blk.0.attn_k.weight'\] must have shape \(32, 32\), got \(32, 31\)"):
         FastLlama(cfg, bad)
+    with pytest.raises(ValueError, match=r"weights\['blk.1.ffn_down.weight'\] must be finite"):
+        FastLlama(cfg, dict(w, **{"blk.1.ffn_down.weight": np.full_like(w["blk.1.ffn_down.weight"], np.nan)}))
+    short = FastLlama(dataclasses.replace(cfg, context_length=5), w)
+    with pytest.raises(ValueError, match="past the model's context of 5 positions"):
+        short.forward(np.arange(6))
+    with pytest.raises(ValueError, match="past the model's context of 5 positions"):
+        short.generate_greedy(np.arange(3), 3)
     with pytest.raises(TypeError, match="config must have the fields of LlamaConfig"):
         FastLlama(object(), w)
     assert isinstance(fast.new_cache(2), FastKVCache)

@@ -148,9 +148,13 @@ def _check_weights(cfg, weights: dict) -> None:
     if missing:
         raise KeyError(f"weights lacks {len(missing)} tensor(s), e.g. {missing[:3]}")
     for name, shape in expected.items():
-        got = np.shape(weights[name])
-        if got != shape:
-            raise ValueError(f"weights[{name!r}] must have shape {shape}, got {got}")
+        a = np.asarray(weights[name])
+        if a.shape != shape:
+            raise ValueError(f"weights[{name!r}] must have shape {shape}, got {a.shape}")
+        if a.dtype.kind != "f":
+            raise TypeError(f"weights[{name!r}] must be a float array, got {describe(a)}")
+        if not (np.isfinite(a.min()) and np.isfinite(a.max())):            # NaN propagates, +-inf shows
+            raise ValueError(f"weights[{name!r}] must be finite, got NaN or inf")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,6 +240,7 @@ class FastLlama:
         """
         ids = self._check_ids(ids)
         if cache is None:
+            self._check_context(0, ids.size)
             cache = self.new_cache(ids.size)
         else:
             self._check_cache(cache, ids.size)
@@ -260,6 +265,7 @@ class FastLlama:
         if isinstance(n_new, (bool, np.bool_)) or not isinstance(n_new, (int, np.integer)) or n_new < 0:
             raise ValueError(f"n_new must be an integer >= 0, got {describe(n_new)}")
         n_new = int(n_new)
+        self._check_context(0, ids.size + n_new)
         out = np.empty(ids.size + n_new, dtype=np.int64)
         out[:ids.size] = ids
         if n_new == 0:
@@ -296,6 +302,13 @@ class FastLlama:
                              f"{expected} {self.dtype}: make it with this model's new_cache()")
         if cache.length + n > cache.capacity:
             raise ValueError(f"the cache holds {cache.capacity} positions; {cache.length} used, {n} more requested")
+        self._check_context(cache.length, n)
+
+    def _check_context(self, start: int, n: int) -> None:
+        limit = getattr(self.config, "context_length", None)
+        if limit is not None and start + n > limit:
+            raise ValueError(f"ids would sit at positions {start}..{start + n - 1}, past the model's context of "
+                             f"{limit} positions (0..{limit - 1}): {n} ids after {start} cached")
 
     # -- one token ------------------------------------------------------------------------------
 
