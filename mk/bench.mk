@@ -4,8 +4,10 @@
 #   make bench         everything below, one after the other (~10 min)
 #   make bench-attention  attention cores, multi-head attention, GEMM, memory (bench/run.py, ~5 min):
 #                      writes bench/results/latest.{md,json,png} and the table in bench/README.md
-#   make bench-llm     SmolLM2-135M per-token latency and prefill (bench/llm_speed.py, ~3 min):
-#                      bench/results/llm_speed.txt
+#   make bench-llm     SmolLM2-135M decoding against the memory-bandwidth bound, 1 and 2 threads:
+#                      the bound (GEMV, plain read), FastLlama, the readable Llama, transformers
+#                      (loop, generate), llama.cpp if llama-cpp-python is installed (bench/llm_speed.py,
+#                      ~10 min): bench/results/llm_speed.{txt,json,md,png} and the table in bench/README.md
 #   make bench-train   one training step of notebook 10's model (bench/train_step_speed.py, ~2 min):
 #                      bench/results/train_step.txt
 #   make bench-quick   smoke run of bench/run.py (small shapes, a few seconds per row), writes nothing
@@ -17,9 +19,8 @@ bench: bench-attention bench-llm bench-train ## all speed measurements against P
 bench-attention: env ## attention and multi-head attention against PyTorch; table + plot in bench/results/
 	$(PY) bench/run.py
 
-bench-llm: env ## SmolLM2-135M per-token latency and prefill, NumPy vs PyTorch (bench/llm_speed.py)
-	$(PY) bench/llm_speed.py > bench/results/llm_speed.txt.tmp && mv bench/results/llm_speed.txt.tmp bench/results/llm_speed.txt
-	cat bench/results/llm_speed.txt
+bench-llm: env ## SmolLM2-135M decoding: share of the memory-bandwidth bound, beside transformers and llama.cpp
+	$(PY) bench/llm_speed.py
 
 bench-train: env ## one training step of notebook 10's model, NumPy vs PyTorch (bench/train_step_speed.py)
 	$(PY) bench/train_step_speed.py > bench/results/train_step.txt.tmp && mv bench/results/train_step.txt.tmp bench/results/train_step.txt

@@ -177,3 +177,30 @@ def test_bad_construction():
     mixed.params["U"] = mixed.params["U"].astype(np.float64)
     with pytest.raises(TypeError, match=r"must all be float32 or all float64, got \['float32', 'float64'\]"):
         FastTrainer(mixed)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_batch_shared_among_threads_gives_the_same_step(threads, dtype):
+    """``threads`` > 1 splits the batch's sequences among Python threads (the default when OpenBLAS
+    has several): the loss, the gradients and the updated parameters equal one thread's up to the
+    order of the gradient sums (bounds as above); a batch smaller than ``threads`` still works."""
+    one = FastTrainer(TinyDecoder(**SIZES, rng=np.random.default_rng(9), d_ff=24, dtype=dtype), threads=1, **HYPER)
+    many = FastTrainer(TinyDecoder(**SIZES, rng=np.random.default_rng(9), d_ff=24, dtype=dtype), threads=threads,
+                       **HYPER)
+    rng = np.random.default_rng(10)
+    for batch, length in ((8, 33), (5, 20), (2, 9), (8, 33)):
+        tokens, targets = training_batch(rng, batch, length, SIZES["vocab_size"])
+        bound = 2 * EPS[dtype] * max(tokens.size, 64)      # two rounded sides (each ~eps x T of the truth)
+        a, b = one.loss_and_grads(tokens, targets), many.loss_and_grads(tokens, targets)
+        assert abs(a - b) <= bound * abs(a), (a, b)
+        for name, g in one.grads.items():
+            assert rel_error(many.grads[name], g) <= bound, (name, batch)
+    for _ in range(3):
+        tokens, targets = training_batch(rng, 8, 33, SIZES["vocab_size"])
+        one.step(tokens, targets), many.step(tokens, targets)
+    for name, p in one.params.items():
+        scale = np.max(np.abs(p)) + 3 * HYPER["lr"]
+        assert float(np.max(np.abs(many.params[name] - p)) / scale) <= (2e-3 if dtype == np.float32 else 1e-9), name
+    with pytest.raises(ValueError, match="threads must be None or an integer >= 1, got int 0"):
+        FastTrainer(TinyDecoder(**SIZES, rng=np.random.default_rng(0)), threads=0)

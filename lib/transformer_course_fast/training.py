@@ -47,7 +47,7 @@ from scipy.special import erf
 from transformer_course._checks import describe
 from transformer_course.training import LN_EPS, AdamW, TinyDecoder
 
-from ._threads import _openblas_api, _single_threaded_blas
+from ._threads import _effective_threads, _executor, _openblas_api, _single_threaded_blas
 
 __all__ = ["FastTrainer"]
 
@@ -111,11 +111,12 @@ class _Layer:
 class _Workspace:
     """Every array one step of batch shape ``(B, n)`` needs, allocated once."""
 
-    def __init__(self, model: TinyDecoder, B: int, n: int, dtype):
+    def __init__(self, model: TinyDecoder, B: int, n: int, dtype, norm: int):
         d, h, V, L = model.d_model, model.n_heads, model.vocab_size, model.n_layers
         T = B * n
         f = dict(dtype=dtype)
         self.T = T
+        self.norm = norm                     # tokens of the whole batch: the loss is their mean
         self.x = [np.empty((d, T), **f) for _ in range(L + 1)]       # residual stream x^T, each layer's input
         self.xhat1 = [np.empty((d, T), **f) for _ in range(L)]         # layer norm: normalised input
         self.r1 = [np.empty(T, **f) for _ in range(L)]                 # and 1 / sqrt(var + eps)
@@ -160,6 +161,18 @@ class _Workspace:
         self.target_index = np.empty(T, dtype=np.intp)                 # flat index of (target, t) in (V, T)
 
 
+class _GradSet:
+    """One flat gradient buffer with its views and the layers that write into it (one per thread)."""
+
+    def __init__(self, flat, views: dict, blocks: dict, trainer):
+        model = trainer.model
+        self.flat = flat
+        self.layers = [_Layer(trainer._params, views, (trainer._qkv_blocks, blocks), i, bool(model.d_ff))
+                       for i in range(model.n_layers)]
+        self.dE, self.dU = views["E"], views["U"]
+        self.dgf, self.dbf = views["lnf.gamma"], views["lnf.beta"]
+
+
 class FastTrainer:
     """Forward + backward + AdamW for a :class:`transformer_course.training.TinyDecoder`, fast.
 
@@ -173,13 +186,17 @@ class FastTrainer:
             ``params[name]`` are replaced by views of one flat buffer holding the same values
             (the model keeps working, and sees every update); do not rebind them afterwards.
         lr, betas, eps, weight_decay: AdamW's, checked like :class:`transformer_course.training.AdamW`.
+        threads: how many Python threads share a step (default: OpenBLAS's thread count, 1 if it
+            cannot be held at one thread). The batch is split along its sequences; each thread runs
+            forward and backward on its part into its own gradient buffer, the buffers are added,
+            and one AdamW update follows -- the same step up to the order of the gradient sums.
 
     Attributes:
         grads: dict name -> gradient of the last :meth:`step` / :meth:`loss_and_grads` (views, rewritten).
         t: the number of updates made.
     """
 
-    def __init__(self, model: TinyDecoder, lr=1e-3, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0):
+    def __init__(self, model: TinyDecoder, lr=1e-3, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0, threads=None):
         if not isinstance(model, TinyDecoder):
             raise TypeError(f"model must be a transformer_course.training.TinyDecoder, got {describe(model)}")
         AdamW({}, lr, betas, eps, weight_decay)             # the reference's check of the hyperparameters
@@ -203,32 +220,30 @@ class FastTrainer:
         self.grads, grad_blocks = _views(self._flat_grad, entries)
         self._m, self._v = np.zeros(size, dtype), np.zeros(size, dtype)
         self._tmp, self._tmp2 = np.empty(size, dtype), np.empty(size, dtype)
-        self._layers = [_Layer(params, self.grads, (qkv_blocks, grad_blocks), i, bool(model.d_ff))
-                        for i in range(model.n_layers)]
-        self._E, self._dE = params["E"], self.grads["E"]
-        self._U, self._dU = params["U"], self.grads["U"]
+        self._params, self._qkv_blocks, self._entries = params, qkv_blocks, entries
+        self._grad_sets = [_GradSet(self._flat_grad, self.grads, grad_blocks, self)]
+        self._E, self._U = params["E"], params["U"]
         self._gf, self._bf = params["lnf.gamma"].reshape(-1, 1), params["lnf.beta"].reshape(-1, 1)
-        self._dgf, self._dbf = self.grads["lnf.gamma"], self.grads["lnf.beta"]
         self._workspaces: dict = {}
         self._pin_blas = _openblas_api() is not None
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be None or an integer >= 1, got {describe(threads)}")
+        self.threads = threads
 
     # -- public ----------------------------------------------------------------------------------------
 
     def loss_and_grads(self, tokens, targets) -> float:
         """The mean next-token cross-entropy of ``targets`` given ``tokens`` (both ``(batch, n)``
         integers); fills :attr:`grads`. No update."""
-        ws = self._prepare(tokens, targets)
+        parts = self._prepare(tokens, targets)
         with _single_threaded_blas() if self._pin_blas else _nullcontext():
-            loss = self._forward(ws)
-            self._backward(ws)
-        return loss
+            return self._loss_and_grads(parts)
 
     def step(self, tokens, targets) -> float:
         """One training step: loss, gradients, AdamW update of ``model.params`` in place. Returns the loss."""
-        ws = self._prepare(tokens, targets)
+        parts = self._prepare(tokens, targets)
         with _single_threaded_blas() if self._pin_blas else _nullcontext():
-            loss = self._forward(ws)
-            self._backward(ws)
+            loss = self._loss_and_grads(parts)
             self._update()
         return loss
 
@@ -239,8 +254,9 @@ class FastTrainer:
 
     # -- the batch -------------------------------------------------------------------------------------
 
-    def _prepare(self, tokens, targets) -> _Workspace:
-        """Check a batch (shape, dtype, range) and set up its per-batch indices."""
+    def _prepare(self, tokens, targets) -> list:
+        """Check a batch (shape, dtype, range), split it into one part per thread and set up
+        each part's indices; returns the parts' workspaces."""
         model = self.model
         tokens, targets = np.asarray(tokens), np.asarray(targets)
         for name, arr in (("tokens", tokens), ("targets", targets)):
@@ -256,23 +272,52 @@ class FastTrainer:
         B, n = tokens.shape
         if n > model.n_positions:
             raise ValueError(f"sequences of {n} tokens exceed n_positions={model.n_positions}")
-        ws = self._workspaces.get((B, n))
-        if ws is None:
-            ws = self._workspaces[(B, n)] = _Workspace(model, B, n, self.dtype)
-        np.copyto(ws.tokens, tokens.reshape(-1), casting="unsafe")   # in 0..V-1: checked above
-        np.multiply(ws.tokens, model.d_model, out=ws.token_row)
-        np.add(ws.token_row, ws.feature, out=ws.embed_index)
-        np.multiply(targets.reshape(-1), ws.T, out=ws.target_index)
-        ws.target_index += ws.rows
-        return ws
+        threads = _effective_threads(self.threads) if self._pin_blas else 1
+        bounds = np.linspace(0, B, min(threads, B) + 1).astype(int)              # sequences per part
+        while len(self._grad_sets) < len(bounds) - 1:                            # a gradient buffer per part
+            flat = np.zeros_like(self._flat_grad)
+            views, blocks = _views(flat, self._entries)
+            self._grad_sets.append(_GradSet(flat, views, blocks, self))
+        parts = []
+        for part, (b0, b1) in enumerate(zip(bounds[:-1], bounds[1:])):
+            key = (part, int(b1 - b0), n, B * n)                                 # one workspace per thread
+            ws = self._workspaces.get(key)
+            if ws is None:
+                ws = self._workspaces[key] = _Workspace(model, key[1], n, self.dtype, B * n)
+            np.copyto(ws.tokens, tokens[b0:b1].reshape(-1), casting="unsafe")   # in 0..V-1: checked above
+            np.multiply(ws.tokens, model.d_model, out=ws.token_row)
+            np.add(ws.token_row, ws.feature, out=ws.embed_index)
+            np.multiply(targets[b0:b1].reshape(-1), ws.T, out=ws.target_index)
+            ws.target_index += ws.rows
+            parts.append(ws)
+        return parts
+
+    def _loss_and_grads(self, parts) -> float:
+        """Forward and backward of every part (part k into gradient set k, on its own thread),
+        then the gradients summed into :attr:`grads`."""
+        def run(k):
+            loss = self._forward(parts[k], self._grad_sets[k])
+            self._backward(parts[k], self._grad_sets[k])
+            return loss
+
+        if len(parts) == 1:
+            return run(0)
+        futures = [_executor(len(parts) - 1).submit(run, k) for k in range(1, len(parts))]
+        try:
+            loss = run(0)
+        finally:
+            losses = [f.result() for f in futures]
+        for gs in self._grad_sets[1:len(parts)]:
+            self._flat_grad += gs.flat
+        return loss + sum(losses)
 
     # -- forward ---------------------------------------------------------------------------------------
 
-    def _forward(self, ws: _Workspace) -> float:
+    def _forward(self, ws: _Workspace, gs) -> float:
         # x_0^T = (E[tokens] + positions)^T: gather rows, add while transposing
         np.take(self._E, ws.tokens, axis=0, out=ws.gather)
         np.add(ws.gather.T, ws.positions, out=ws.x[0])
-        for i, lay in enumerate(self._layers):
+        for i, lay in enumerate(gs.layers):
             self._attention_forward(ws, lay, i)
             if lay.ffn:
                 self._ffn_forward(ws, lay, i)
@@ -287,12 +332,12 @@ class FastTrainer:
         np.matmul(ws.ones_V, z, out=s)                           # sum over the vocabulary
         np.log(s, out=lse)
         np.subtract(lse, picked, out=lse)                        # logsumexp(z) - z[target]
-        loss = float(np.add.reduce(lse)) / ws.T
+        loss = float(np.add.reduce(lse)) / ws.norm
         # dL/dlogits = softmax / N - onehot(target) / N, written over z
-        np.multiply(s, ws.T, out=s)
+        np.multiply(s, ws.norm, out=s)
         np.divide(1.0, s, out=s)
         np.multiply(z, s, out=z)
-        z.reshape(-1)[ws.target_index] -= 1.0 / ws.T
+        z.reshape(-1)[ws.target_index] -= 1.0 / ws.norm
         return loss
 
     def _attention_forward(self, ws, lay: _Layer, i: int) -> None:
@@ -342,21 +387,21 @@ class FastTrainer:
 
     # -- backward --------------------------------------------------------------------------------------
 
-    def _backward(self, ws: _Workspace) -> None:
+    def _backward(self, ws: _Workspace, gs) -> None:
         dz = ws.logits                                           # dL/dlogits^T (V, T)
-        _weight_grad(ws.xf, dz, self._dU, ws.w_u_t)              # dU = xf^T dlogits
+        _weight_grad(ws.xf, dz, gs.dU, ws.w_u_t)              # dU = xf^T dlogits
         dxf = ws.td[0]
         np.matmul(self._U, dz, out=dxf)
         dx = ws.td[1]
-        _ln_backward(ws, dxf, ws.xhatf, ws.rf, self._gf, dx, self._dgf, self._dbf, ws.td[2])
-        for i in reversed(range(len(self._layers))):
-            lay = self._layers[i]
+        _ln_backward(ws, dxf, ws.xhatf, ws.rf, self._gf, dx, gs.dgf, gs.dbf, ws.td[2])
+        for i in reversed(range(len(gs.layers))):
+            lay = gs.layers[i]
             if lay.ffn:
                 self._ffn_backward(ws, lay, i, dx)
             self._attention_backward(ws, lay, i, dx)
         # dE[v] = sum of dx_0 over the tokens t with tokens[t] = v: one bincount over (v, feature) pairs
-        sums = np.bincount(ws.embed_index.reshape(-1), weights=dx.reshape(-1), minlength=self._dE.size)
-        np.copyto(self._dE, sums.reshape(self._dE.shape))
+        sums = np.bincount(ws.embed_index.reshape(-1), weights=dx.reshape(-1), minlength=gs.dE.size)
+        np.copyto(gs.dE, sums.reshape(gs.dE.shape))
 
     def _ffn_backward(self, ws, lay: _Layer, i: int, dy) -> None:
         """``dy`` (d, T): dL/d(block output) in, dL/d(x1) out (in place)."""

@@ -1,0 +1,122 @@
+"""Where flash_attention's time goes beside PyTorch SDPA's, at make bench-attention's core shapes.
+
+For each shape (batch, heads, n, d_head), float32, non-causal, default threads and one thread:
+
+* ``flash``: ``transformer_course_fast.flash_attention`` (what bench/run.py times);
+* ``gemm``: the two products alone, ``Q K^T`` and ``P V`` as whole batched matmuls (the BLAS work
+  NumPy cannot avoid, at the same thread count);
+* ``exp2``: ``np.exp2`` over every score once (the element-wise work; NumPy's ufuncs use one thread);
+* ``fixed``: ``flash_attention`` on a 1x1x1 problem of the same d_head: what every call pays whatever
+  its size (argument checks, dtype handling, buffers, the OpenBLAS thread switch);
+* ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` (one fused kernel), own process.
+
+Each in its own process (NumPy's and PyTorch's thread pools never meet); medians of ``--reps``
+processes. Prints a table and writes ``bench/results/attention_account.txt``.
+
+    .venv/bin/python bench/attention_account.py        # ~2 min
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SHAPES = [(8, 8, 512, 64), (1, 12, 128, 32), (1, 8, 2048, 64)]
+
+
+def timed(fn, seconds=0.6, min_iters=5):
+    fn()
+    times, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end or len(times) < min_iters:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def worker_numpy(shape):
+    import numpy as np
+
+    sys.path.insert(0, os.path.join(ROOT, "lib"))
+    from transformer_course_fast import flash_attention
+
+    b, h, n, d = shape
+    rng = np.random.default_rng(0)
+    Q, K, V = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
+    S = np.empty((b, h, n, n), np.float32)
+    O = np.empty(shape, np.float32)
+    q1 = rng.standard_normal((1, 1, 1, d)).astype(np.float32)
+    Kt = K.swapaxes(-1, -2)
+    return {"flash": timed(lambda: flash_attention(Q, K, V)),
+            "gemm": timed(lambda: (np.matmul(Q, Kt, out=S), np.matmul(S, V, out=O))),
+            "exp2": timed(lambda: np.exp2(S, out=S)),
+            "fixed": timed(lambda: flash_attention(q1, q1, q1))}
+
+
+def worker_torch(shape):
+    import torch
+    import torch.nn.functional as F
+
+    if os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    torch.manual_seed(0)
+    Q, K, V = (torch.randn(*shape) for _ in range(3))
+    q1 = torch.randn(1, 1, 1, shape[3])
+    with torch.inference_mode():
+        return {"sdpa": timed(lambda: F.scaled_dot_product_attention(Q, K, V)),
+                "sdpa_fixed": timed(lambda: F.scaled_dot_product_attention(q1, q1, q1)),
+                "threads": torch.get_num_threads()}
+
+
+def run(kind, shape, one_thread):
+    env = dict(os.environ)
+    if one_thread:
+        env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, __file__, "--worker", kind, "--shape", ",".join(map(str, shape))],
+                         capture_output=True, text=True, env=env, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--worker", choices=["numpy", "torch"], help=argparse.SUPPRESS)
+    parser.add_argument("--shape", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        shape = tuple(int(x) for x in args.shape.split(","))
+        print(json.dumps((worker_numpy if args.worker == "numpy" else worker_torch)(shape)))
+        return 0
+    lines = [f"flash_attention against PyTorch SDPA, float32, medians of {args.reps} processes; "
+             f"{time.strftime('%Y-%m-%d %H:%M')}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+             "| shape | threads | flash ms | SDPA ms | flash/SDPA | NumPy GEMMs ms | exp2 ms | "
+             "flash fixed per call ms | SDPA fixed ms | flash - (GEMMs + exp2) ms |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for shape in SHAPES:
+        for one in (False, True):
+            res = {"numpy": [], "torch": []}
+            for r in range(args.reps):
+                for kind in (("numpy", "torch") if r % 2 == 0 else ("torch", "numpy")):
+                    res[kind].append(run(kind, shape, one))
+            m = {k: statistics.median(x[k] for x in res[w]) * 1e3
+                 for w in res for k in res[w][0] if k != "threads"}
+            lines.append(f"| {'x'.join(map(str, shape))} | {'1' if one else 'default'} | {m['flash']:.3f} | "
+                         f"{m['sdpa']:.3f} | {m['flash'] / m['sdpa']:.2f} | {m['gemm']:.3f} | {m['exp2']:.3f} | "
+                         f"{m['fixed']:.3f} | {m['sdpa_fixed']:.3f} | {m['flash'] - m['gemm'] - m['exp2']:.3f} |")
+            print(lines[-1], flush=True)
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(HERE, "results", "attention_account.txt"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
