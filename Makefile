@@ -18,7 +18,7 @@ export PIP_NO_INPUT := 1
 .DEFAULT_GOAL := all
 .PHONY: all env test-env exercises solutions course test test-package test-notebooks nbval nbval-blas lab lab-instructor clean help
 
-all: env exercises solutions site ## environment (+ PyTorch for the cross-checks), student release, executed solutions, site
+all: env maps exercises solutions site ## environment (+ PyTorch for the cross-checks), the maps, student release, executed solutions, site
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort

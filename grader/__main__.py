@@ -7,6 +7,11 @@
     students   import a class list (students without a submission get a row)
     collect    copy an LMS download folder into submitted/
     formgrader push the results into nbgrader's gradebook (formgrader shows them)
+    similarity similarity report of the solution cells (grades/similarity/<notebook>.html, .csv)
+    export     Canvas and Moodle grade-import CSVs (grades/lms/), per notebook or per question
+    questions  written answers question by question (pages; --serve to enter the points there)
+
+The term's due dates and late policy are read from grading.toml in the course root (--config).
 """
 
 from __future__ import annotations
@@ -18,10 +23,20 @@ import time
 from pathlib import Path
 
 from .trusted import collect as collect_mod
-from .trusted import grading, report
+from .trusted import grading, late, report
 from .trusted.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+CONFIG = {"path": None}            # grading.toml of this run (main() sets it from --config / --course)
+
+
+def _policy() -> late.Policy:
+    try:
+        return late.load(CONFIG["path"])
+    except late.ConfigError as exc:
+        raise SystemExit(f"cannot read the term's settings: {exc}") from None
 
 
 def _write_table(grades: Path) -> list[dict]:
@@ -31,7 +46,7 @@ def _write_table(grades: Path) -> list[dict]:
         from .trusted import formgrader
 
         fg = formgrader.hand_grades(grades)
-    return report.write_table(grades, fg)
+    return report.write_table(grades, fg, _policy())
 
 
 def _limits(args) -> Limits:
@@ -91,13 +106,39 @@ def cmd_demo(args) -> int:
     summary = grading.grade_class(course=grading.Course.at(args.course), submitted=out / "submitted",
                                   grades=grades, roster=[r["id"] for r in report.load_roster(grades)],
                                   workers=args.workers, limits=limits, progress=not args.quiet)
+    CONFIG["path"] = DEMO / late.CONFIG_NAME                 # the demo class's term: due date, late rule
     rows = _write_table(grades)
     report.print_table(rows, sys.stdout)
     print(f"demo class: {summary['submissions_run']} notebook submissions run ({summary['rows']} rows) in "
           f"{summary['seconds']:.1f} s, {summary['seconds_per_submission']:.2f} s per submission with "
           f"{summary['workers']} workers")
     print(f"table: {grades / 'grades.csv'}   feedback: {grades / 'feedback'}/<student>/01_attention.html")
+    _demo_term(args, out, grades, rows)
     return 0
+
+
+def _demo_term(args, out: Path, grades: Path, rows: list[dict]) -> None:
+    """The instructor's term on the demo class: late rule, similarity, LMS files, question pages."""
+    from .trusted import lms, questions, similarity
+
+    policy = _policy()
+    print(f"\nlate policy ({DEMO / late.CONFIG_NAME}): due {policy.due and next(iter(policy.due.values()))}; "
+          f"{policy.describe()}")
+    for r in rows:
+        if float(r["late_penalty"] or 0) or r["days_late"]:
+            print(f"  {r['student']}: submitted {r['submitted']}, {r['days_late']} started days late: "
+                  f"{r['raw_points']} - {r['late_penalty']} = {r['points']}")
+    done = similarity.run(grading.Course.at(args.course), out / "submitted", grades)
+    for d in done:
+        flagged = [r for r in __import__("csv").DictReader(d["csv"].open(encoding="utf-8")) if r["flagged"]]
+        pairs = sorted({(r["student_a"], r["student_b"]) for r in flagged})
+        print(f"similarity: {d['flagged']} flagged exercise pairs in {d['notebook']}: "
+              f"{', '.join(f'{a} + {b}' for a, b in pairs) or 'none'}  ({d['html']})")
+    written, warnings = lms.export(grades, rows, per_question=True)
+    print("LMS: " + ", ".join(str(p) for p in written) + (f" ({'; '.join(warnings)})" if warnings else ""))
+    qs = questions.Questions(grading.Course.at(args.course), grades, lambda: _write_table(grades))
+    print(f"written answers question by question: {qs.write_static()} "
+          f"(`python -m grader questions --grades {grades} --serve` to enter points there)")
 
 
 def cmd_table(args) -> int:
@@ -140,8 +181,15 @@ def cmd_students(args) -> int:
 
 def cmd_collect(args) -> int:
     course = grading.Course.at(args.course)
+    times = None
+    if args.times:
+        try:
+            times = late.load_lms_times(Path(args.times), report.load_roster(Path(args.grades)),
+                                        args.times_assignment, _policy().timezone)
+        except late.ConfigError as exc:
+            raise SystemExit(f"cannot read the submission times: {exc}") from None
     matches, skipped = collect_mod.collect(Path(args.lms_dir), Path(args.submitted), course.assignments(),
-                                           args.pattern, dry_run=args.dry_run)
+                                           args.pattern, dry_run=args.dry_run, times=times)
     for m in matches:
         print(f"{'would copy' if args.dry_run else 'copied'}  {m.path.name}"
               f"{' [' + m.member + ']' if m.member else ''}  ->  {m.student}/{m.assignment}/{m.notebook}.ipynb")
@@ -159,6 +207,68 @@ def cmd_formgrader(args) -> int:
                         autograded=Path(args.autograded) if args.autograded else None)
     print(f"{n} submissions written to the gradebook; open formgrader to grade written answers, then "
           f"`python -m grader table` picks the hand grades up")
+    return 0
+
+
+def cmd_similarity(args) -> int:
+    from .trusted import similarity
+
+    threshold = similarity.THRESHOLD if args.threshold is None else args.threshold
+    done = similarity.run(grading.Course.at(args.course), Path(args.submitted), Path(args.grades),
+                          args.assignment or None, threshold=threshold, with_course=not args.no_course_solution)
+    for d in done:
+        print(f"{d['notebook']}: {d['students']} submissions, {d['flagged']} pairs of solution cells at or above "
+              f"{threshold:g}: {d['html']}  ({d['csv'].name})")
+    if not done:
+        print(f"no submissions in {args.submitted}")
+    return 0
+
+
+def _settings() -> dict:
+    import tomllib
+
+    path = CONFIG["path"]
+    if path is None or not Path(path).exists():
+        return {}
+    return tomllib.loads(Path(path).read_text(encoding="utf-8")).get("lms", {}) or {}
+
+
+def cmd_export(args) -> int:
+    from .trusted import lms
+
+    grades = Path(args.grades)
+    rows = _write_table(grades)
+    settings = _settings()
+    try:
+        written, warnings = lms.export(grades, rows, per_question=args.per_question,
+                                       canvas_ids=settings.get("canvas_ids"),
+                                       gradepointmax=float(settings.get("moodle_gradepointmax", lms.MOODLE_GRADEPOINTMAX)))
+    except lms.ExportError as exc:
+        raise SystemExit(f"not exported: {exc}") from None
+    for w in warnings:
+        print(f"note: {w}")
+    for path in written:
+        print(f"wrote {path}")
+    print("Canvas: Grades > Import, the file above (students by SIS User ID / SIS Login ID). Moodle: Grades > "
+          "Import > CSV file, identify users by 'ID number' or 'Email address', map each notebook column.")
+    return 0
+
+
+def cmd_questions(args) -> int:
+    from .trusted import questions
+
+    grades = Path(args.grades)
+    qs = questions.Questions(grading.Course.at(args.course), grades, lambda: _write_table(grades))
+    print(f"{len(qs.questions)} written questions; pages: {qs.write_static()}")
+    if args.serve:
+        server = questions.serve(qs, args.port)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+            qs.write_static()
     return 0
 
 
@@ -216,6 +326,10 @@ def main(argv=None) -> int:
     c.add_argument("--submitted", default="submitted")
     c.add_argument("--pattern", help="regex with named groups student, assignment (and notebook)")
     c.add_argument("--dry-run", action="store_true")
+    c.add_argument("--times", help="the LMS's own submission times (CSV: Canvas submitted_at, Moodle's grading "
+                                   "worksheet 'Last modified (submission)'); default: the files' times")
+    c.add_argument("--times-assignment", help="the assignment a --times file without an 'assignment' column is for")
+    c.add_argument("--grades", default="grades", help="where the class list is (to match e-mails)")
     c.set_defaults(func=cmd_collect)
 
     f = sub.add_parser("formgrader", help="write results into nbgrader's gradebook for formgrader")
@@ -225,7 +339,28 @@ def main(argv=None) -> int:
     f.add_argument("--autograded", default=None, help="default: <course>/autograded")
     f.set_defaults(func=cmd_formgrader)
 
+    y = sub.add_parser("similarity", help="similarity report of the solution cells (never changes a grade)")
+    y.add_argument("--submitted", default="submitted")
+    y.add_argument("--grades", default="grades")
+    y.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
+    y.add_argument("--threshold", type=float, default=None, help="flag pairs with a score at least this (0.7)")
+    y.add_argument("--no-course-solution", action="store_true", help="do not compare with the published solution")
+    y.set_defaults(func=cmd_similarity)
+
+    e = sub.add_parser("export", help="Canvas gradebook CSV and Moodle grade-import CSV into grades/lms/")
+    e.add_argument("--grades", default="grades")
+    e.add_argument("--per-question", action="store_true", help="also one column per test cell and written answer")
+    e.set_defaults(func=cmd_export)
+
+    q = sub.add_parser("questions", help="written answers question by question (pages; --serve to grade)")
+    q.add_argument("--grades", default="grades")
+    q.add_argument("--serve", action="store_true", help="serve the pages on 127.0.0.1 and record the points typed")
+    q.add_argument("--port", type=int, default=0, help="port for --serve (default: a free one)")
+    q.set_defaults(func=cmd_questions)
+
+    parser.add_argument("--config", default=None, help="the term's settings (default: <course>/grading.toml)")
     args = parser.parse_args(argv)
+    CONFIG["path"] = Path(args.config) if args.config else Path(args.course) / late.CONFIG_NAME
     return args.func(args)
 
 

@@ -6,6 +6,11 @@
 #   make grade                              autograde submitted/ into grades/ (table + feedback)
 #   make grade-table                        rebuild the table and feedback after hand grading
 #   make grade-demo                         grade the demo class of tests/fixtures/demo_class
+#   make similarity                         similarity report of the solution cells (grades/similarity/)
+#   make grade-export                       Canvas and Moodle grade-import CSVs (grades/lms/), per question too
+#   make grade-questions                    grade written answers question by question (a page on 127.0.0.1)
+#
+# The term's due dates and late policy: grading.toml (GRADE_CONFIG=file for another).
 #
 # Grading builds a sandbox per submission (namespaces, an unprivileged user): it runs as root,
 # through sudo when make is not root. submitted/ and grades/ are gitignored.
@@ -17,9 +22,10 @@ GRADE_DEMO_OUT ?= .artifacts/grade-demo
 LMS ?= downloaded
 CLASSLIST ?= classlist.csv
 GRADER_SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-GRADER := $(GRADER_SUDO) $(abspath $(PY)) -m grader
+GRADE_CONFIG ?= grading.toml
+GRADER := $(GRADER_SUDO) $(abspath $(PY)) -m grader --config $(GRADE_CONFIG)
 
-.PHONY: grade grade-demo grade-table collect students
+.PHONY: grade grade-demo grade-table collect students similarity grade-export grade-questions
 
 grade: env ## autograde every submission in submitted/ into grades/ (sandboxed, progress bar)
 	$(GRADER) grade --submitted $(GRADE_SUBMITTED) --grades $(GRADE_OUT) $(GRADE_ARGS)
@@ -27,11 +33,21 @@ grade: env ## autograde every submission in submitted/ into grades/ (sandboxed, 
 grade-table: env ## rebuild grades/grades.csv and the feedback pages (after hand grading)
 	$(GRADER) table --grades $(GRADE_OUT)
 
-grade-demo: env ## grade the demo class (tests/fixtures/demo_class) and print its table
-	$(GRADER) demo --out $(GRADE_DEMO_OUT)
+grade-demo: env ## grade the demo class (tests/fixtures/demo_class): table, late rule, similarity, LMS files, questions
+	$(GRADER_SUDO) $(abspath $(PY)) -m grader demo --out $(GRADE_DEMO_OUT)
 
-collect: env ## copy an LMS download folder (LMS=dir) into submitted/
-	$(GRADER) collect $(LMS) --submitted $(GRADE_SUBMITTED)
+similarity: env ## similarity report of the solution cells into grades/similarity/ (changes no grade)
+	$(GRADER) similarity --submitted $(GRADE_SUBMITTED) --grades $(GRADE_OUT)
+
+grade-export: env ## Canvas gradebook CSV and Moodle grade-import CSV (also per question) into grades/lms/
+	$(GRADER) export --grades $(GRADE_OUT) --per-question
+
+grade-questions: env ## grade the written answers question by question (serves the pages on 127.0.0.1)
+	$(GRADER) questions --grades $(GRADE_OUT) --serve
+
+LMS_TIMES ?=
+collect: env ## copy an LMS download folder (LMS=dir) into submitted/ (LMS_TIMES=csv: the LMS's own submission times)
+	$(GRADER) collect $(LMS) --submitted $(GRADE_SUBMITTED) --grades $(GRADE_OUT) $(if $(LMS_TIMES),--times $(LMS_TIMES))
 
 students: env ## import a class list (CLASSLIST=file.csv with id,first_name,last_name,email)
 	$(GRADER) students import $(CLASSLIST) --grades $(GRADE_OUT)

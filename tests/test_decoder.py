@@ -257,6 +257,28 @@ def test_decoder_block_matches_torch(norm_first, dtype):
 
 
 @pytest.mark.torch
+def test_torch_layers_with_the_tanh_gelu_are_refused():
+    """The course's GELU is the erf form; GELU(approximate="tanh") differs from it by up to ~1e-3 (a random
+    16-wide decoder layer's outputs moved 1.0e-4 to 1.3e-4 in float64, measured on 3 seeds), so converting
+    such a layer must not silently run the erf one."""
+    torch = pytest.importorskip("torch", reason="PyTorch not installed: pip install -e '.[torch]'")
+    from transformer_course.decoder import decoder_block_from_torch
+    from transformer_course.torch_interop import encoder_block_from_torch
+
+    for make, convert in ((torch.nn.TransformerDecoderLayer, decoder_block_from_torch),
+                          (torch.nn.TransformerEncoderLayer, encoder_block_from_torch)):
+        layer = make(8, 2, 16, dropout=0.0, batch_first=True, activation=torch.nn.GELU(approximate="tanh"))
+        with pytest.raises(ValueError, match=r"layer.activation must be relu or the exact \(erf\) gelu, got "
+                                             r"GELU\(approximate='tanh'\): the tanh approximation differs"):
+            convert(layer)
+        for act, name in ((torch.nn.GELU(), "gelu"), ("gelu", "gelu"), (torch.nn.ReLU(), "relu"), ("relu", "relu")):
+            block = convert(make(8, 2, 16, dropout=0.0, batch_first=True, activation=act))
+            assert block.feed_forward.activation == name
+        with pytest.raises(ValueError, match=r"layer.activation must be relu or the exact \(erf\) gelu, got"):
+            convert(make(8, 2, 16, dropout=0.0, batch_first=True, activation=torch.nn.SiLU()))
+
+
+@pytest.mark.torch
 def test_cached_generation_matches_a_torch_causal_forward():
     """The cached step's logits for every position equal PyTorch's masked attention over the whole sequence."""
     torch = pytest.importorskip("torch", reason="PyTorch not installed: pip install -e '.[torch]'")

@@ -42,6 +42,23 @@ def test_top_p_keeps_the_smallest_prefix_with_mass_at_least_p(p, kept):
     np.testing.assert_allclose(probs[:kept], P[:kept] / P[:kept].sum(), rtol=1e-14)
 
 
+@pytest.mark.parametrize("p, kept", [(0.5, 1), (0.7, 2), (0.85, 3), (0.95, 4)])
+def test_top_p_equal_to_a_running_sum_stops_there(p, kept):
+    # P's running sums are exactly the floats 0.5, 0.7, 0.85, 0.95 (IEEE addition, no exp involved), so the
+    # nucleus for p equal to one of them ends at that token. Taking the mass before a token as cumsum - p_i
+    # rounds (0.7 - 0.2 = 0.49999999999999994 < 0.5) and keeps one token too many.
+    assert np.cumsum(P)[kept - 1] == p
+    assert int(keep_top_p(P, p).sum()) == kept
+    assert int(keep_top_p(P, np.nextafter(p, 1)).sum()) == kept + 1
+
+
+@pytest.mark.parametrize("p, kept", [(0.25, 1), (0.5, 2), (0.75, 3), (0.5 + 1e-12, 3)])
+def test_top_p_boundary_with_exact_probabilities(p, kept):
+    # four equal logits: every probability is exactly 0.25 and every running sum exact
+    probs = sampling_probabilities(np.zeros(4), top_p=p, temperature=1.7)
+    assert sorted(probs.tolist(), reverse=True) == [1 / kept] * kept + [0.0] * (4 - kept)
+
+
 def test_top_p_is_applied_after_top_k_on_the_renormalised_distribution():
     # top-k = 3 renormalises to 0.588, 0.235, 0.176: top_p = 0.8 then needs 2 tokens (0.824 >= 0.8),
     # whereas on the full distribution it would need 3.

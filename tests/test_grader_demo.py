@@ -78,6 +78,12 @@ EXPECTED = {
     "liam_symlinked_folder": (0, "invalid file", "a symlinked student folder is not followed"),
     "mona_imports_flash_attention": (0, MANUAL, "another notebook's module is not in notebook 01's sandbox"),
     "eve_no_submission": (0, "no submission", "on the class list only"),
+    # the instructor's term (demo_class/grading.toml): points after the late rule
+    "lena_two_days_late": (8, "graded", "10 earned, 2 started days late x 10%"),
+    "ken_extension": (10, "graded", "late, but before the extension (extensions.csv)"),
+    "max_after_cutoff": (0, "graded", "10 earned, more than 7 days late: 0"),
+    "rita_own_work": (8, MANUAL, "her own correct code"),
+    "sam_copies_rita": (8, MANUAL, "a disguised copy of rita's: the similarity report flags it, the grade stands"),
 }
 
 
@@ -230,10 +236,46 @@ def test_feedback_pages_hide_the_hidden_tests(graded):
 
 def test_every_submission_ran_and_the_time_is_reported(graded):
     run = graded["run"]
-    assert run["submissions_run"] == 31
+    assert run["submissions_run"] == 36
     # No bound on the time (it is the machine's and the load's); pytest's --timeout catches a hang.
     assert run["seconds"] > 0 and run["seconds_per_submission"] > 0
     print(f"demo class: {run['seconds']} s, {run['seconds_per_submission']} s per notebook-submission")
+
+
+def test_the_term_late_rule_columns(graded):
+    rows = graded["rows"]
+    lena, ken, max_ = rows["lena_two_days_late"], rows["ken_extension"], rows["max_after_cutoff"]
+    assert (lena["raw_points"], lena["late_penalty"], lena["points"], lena["days_late"]) == ("10", "2", "8", "2")
+    assert (ken["late_penalty"], ken["days_late"]) == ("0", "") and "extension" in ken["details"]
+    assert (max_["raw_points"], max_["points"]) == ("10", "0") and "more than 7 days late" in max_["details"]
+    assert rows["alice_correct"]["submitted"] == "2026-02-06 21:30 UTC" and rows["alice_correct"]["late_penalty"] == "0"
+    assert rows["eve_no_submission"]["submitted"] == "" and rows["eve_no_submission"]["late_penalty"] == "0"
+    page = (graded["grades"] / "feedback" / "lena_two_days_late" / "01_attention.html").read_text()
+    assert "Late penalty" in page and "2 started days late" in page
+    assert "late policy" in graded["stdout"] and "lena_two_days_late: submitted" in graded["stdout"]
+
+
+def test_the_term_similarity_flags_the_copied_pair_only(graded):
+    with (graded["grades"] / "similarity" / "01_attention.csv").open() as fh:
+        flagged = {(r["student_a"], r["student_b"]) for r in csv.DictReader(fh) if r["flagged"]}
+    assert {frozenset(p) for p in flagged} == {frozenset(("rita_own_work", "sam_copies_rita"))}, flagged
+    page = (graded["grades"] / "similarity" / "01_attention.html").read_text()
+    assert "<mark>" in page and "rita_own_work" in page
+    assert "rita_own_work + sam_copies_rita" in graded["stdout"]
+    assert graded["rows"]["sam_copies_rita"]["points"] == graded["rows"]["rita_own_work"]["points"] == "8"
+
+
+def test_the_term_lms_files_and_question_pages(graded):
+    from grader.trusted import lms
+
+    canvas = lms.read_canvas((graded["grades"] / "lms" / "canvas.csv").read_text())
+    moodle = lms.read_moodle((graded["grades"] / "lms" / "moodle.csv").read_text(), "Email address")
+    for student, (points, _, _) in EXPECTED.items():
+        assert canvas["students"][("SIS User ID", student)]["01_attention"] == points
+    assert moodle["lena@example.org"]["01_attention"] == 8
+    assert (graded["grades"] / "lms" / "moodle-questions.csv").exists()
+    page = (graded["grades"] / "questions" / "01_attention" / "written_values.html").read_text()
+    assert "Mark scheme" in page and page.count("class='answer'") == len(EXPECTED)
 
 
 def _free_port():
@@ -265,7 +307,7 @@ def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path
     assert out.returncode == 0, out.stderr[-2000:]
     with Gradebook(db_url, course_id="demo") as gb:
         scores = {s.student.id: (s.score, s.needs_manual_grade) for s in gb.assignment_submissions("01_attention")}
-        assert len(scores) == graded["run"]["submissions_run"] == 31 and len(gb.students) == len(EXPECTED)
+        assert len(scores) == graded["run"]["submissions_run"] == 36 and len(gb.students) == len(EXPECTED)
         assert scores["alice_correct"] == (10.0, False) and scores["bob_stub"] == (0.0, False)
         assert scores["carol_wrong_scale"] == (2.0, True)
         grade = gb.find_grade("written_values", "01_attention", "01_attention", "carol_wrong_scale")
@@ -294,7 +336,7 @@ def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path
                 time.sleep(0.5)
         assert listing is not None, "formgrader did not answer"
         by_student = {x["student"]: x for x in listing}
-        assert len(by_student) == 31
+        assert len(by_student) == 36
         assert by_student["carol_wrong_scale"]["score"] == 3.5
         carol = by_student["carol_wrong_scale"]["id"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/formgrader/submissions/{carol}/?token=t",

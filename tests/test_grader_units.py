@@ -459,7 +459,8 @@ def test_manual_command_and_table(tmp_path):
     assert main(["manual", "--grades", str(grades), "--student", "s", "--notebook", NAME,
                  "--cell", "written_values", "--points", "1.5", "--comment", "good"]) == 0
     rows = list(__import__("csv").DictReader((grades / "grades.csv").open()))
-    assert rows == [{"student": "s", "notebook": NAME, "points": "3.5", "max_points": "7", "status": "graded",
+    assert rows == [{"student": "s", "notebook": NAME, "raw_points": "3.5", "late_penalty": "0", "points": "3.5",
+                     "max_points": "7", "status": "graded", "submitted": "", "due": "", "days_late": "",
                      "details": "failed: test_sdpa"}]
     html = (grades / "feedback" / "s" / f"{NAME}.html").read_text()
     assert "graded by hand: good" in html

@@ -22,6 +22,11 @@ Situations (detected by ``situations`` below):
   max_first_block / max_later_block   (tiled attention) a row whose largest score is in the
                  first block of keys (the running max never moves: scores that fall) / in a
                  later block (the running max moves: scores that rise)
+  top_p_at_running_sum   (sampling) top_p equal to a running sum of a row's sorted probabilities
+                 (before the last): the nucleus ends exactly at a token, the boundary of "< p"
+  max_falls_past_exp_range   (tiled attention) a row whose block maxima fall, from one block to
+                 the next, by more than log(float64 max) = 709.78: re-expressing the old sums
+                 relative to the new block's own maximum would overflow
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import pytest
 
 import transformer_course.grading as grading
 from transformer_course.grading import CASES, hidden_case
+from transformer_course.generation import sampling_probabilities
 from transformer_course.softmax import softmax
 
 MAIN = ("x", "Q", "X", "weights", "p", "scores", "logits", "states", "input_ids", "q", "k", "raw", "token_ids", "pe")
@@ -122,11 +128,22 @@ def situations(inputs):
         with np.errstate(invalid="ignore"):
             if np.nanmax(w, initial=0.0) >= 0.999:
                 tags.add("saturated")
+    if inputs.get("top_p") is not None and "logits" in inputs:
+        base = sampling_probabilities(inputs["logits"], temperature=inputs.get("temperature", 1.0),
+                                      top_k=inputs.get("top_k"))
+        running = np.cumsum(-np.sort(-base, axis=-1), axis=-1)[..., :-1]
+        if np.any(running == inputs["top_p"]):
+            tags.add("top_p_at_running_sum")
     if "block_size" in inputs and "Q" in inputs:
         Q, K = np.asarray(inputs["Q"], float), np.asarray(inputs["K"], float)
         first = (Q @ np.swapaxes(K, -1, -2)).argmax(axis=-1) < inputs["block_size"]
         tags.update({"max_first_block"} if first.all() else {"max_later_block"} if not first.any()
                     else {"max_first_block", "max_later_block"})
+        s = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])                         # (..., n_q, n_k)
+        b = inputs["block_size"]
+        maxima = np.stack([s[..., j:j + b].max(axis=-1) for j in range(0, s.shape[-1], b)], axis=-1)
+        if np.any(maxima[..., :-1] - maxima[..., 1:] > np.log(np.finfo(np.float64).max)):
+            tags.add("max_falls_past_exp_range")
     return tags
 
 
@@ -166,6 +183,10 @@ def test_the_detector_sees_each_situation():
     Q[..., 0], K[..., 0] = 10.0, np.arange(5) * 10.0
     assert {"saturated", "max_later_block"} <= situations({"Q": Q, "K": K, "V": K, "block_size": 2})
     assert "max_first_block" in situations({"Q": Q, "K": K[..., ::-1, :], "V": K, "block_size": 2})
+    assert "max_falls_past_exp_range" not in situations({"Q": Q, "K": K[..., ::-1, :], "V": K, "block_size": 2})
+    K_fall = np.zeros((2, 5, 4))
+    K_fall[..., :2, 0] = 800.0 / 5                                   # block 0 scores 10 * 160 / 2 = 800, then 0
+    assert "max_falls_past_exp_range" in situations({"Q": Q, "K": K_fall, "V": K_fall, "block_size": 2})
     assert situations({"x": np.array([[0.0, -np.inf], [-np.inf, -np.inf]]), "axis": -1}) >= {"rank2", "fully_masked"}
     # grouped-query attention: 4 query heads on 2 key/value heads, a prompt (causal: query 0 sees key 0 only)
     q, k = np.zeros((4, 3, 2)), np.zeros((2, 3, 2))
@@ -176,3 +197,7 @@ def test_the_detector_sees_each_situation():
     assert situations({"p": p, "grad_p": p, "axis": 0}) == {"rank2", "fully_masked"}
     assert situations({"p": p, "grad_p": p, "axis": -1}) == {"rank2"}
     assert situations({"raw": np.zeros((2, 3, 34), np.uint8)}) == {"rank3"}
+    # top_p exactly at a running sum: 0.5 of four equal probabilities, not 0.6
+    quarters = {"logits": np.zeros(4), "temperature": 1.0}
+    assert "top_p_at_running_sum" in situations({**quarters, "top_p": 0.5})
+    assert "top_p_at_running_sum" not in situations({**quarters, "top_p": 0.6})

@@ -328,7 +328,7 @@ def test_encoder_layer_activation_modules(rng):
 @pytest.mark.parametrize("act", [F.silu, torch.nn.GELU(approximate="tanh")])
 def test_encoder_block_from_torch_refuses_other_activations(act):
     layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, activation=act, batch_first=True)
-    with pytest.raises(ValueError, match=r"only relu and exact \(erf\) gelu activations are supported, got"):
+    with pytest.raises(ValueError, match=r"layer.activation must be relu or the exact \(erf\) gelu, got"):
         encoder_block_from_torch(layer)
 
 

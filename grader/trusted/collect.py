@@ -25,8 +25,10 @@ import shutil
 import zipfile
 import zlib
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
+from . import late
 from .store import safe_name
 
 MAX_MEMBER = 256 << 20       # as grading.MAX_NOTEBOOK_FILE_BYTES: outputs make notebooks big
@@ -103,8 +105,12 @@ def _zip_member(path: Path, notebook: str) -> str | None:
 
 
 def collect(lms_dir: Path, submitted: Path, assignments: list[str], pattern: str | None = None,
-            dry_run: bool = False) -> tuple[list[Match], list[str]]:
-    """Copy every matched file to submitted/<student>/<assignment>/<notebook>.ipynb."""
+            dry_run: bool = False, times: dict | None = None) -> tuple[list[Match], list[str]]:
+    """Copy every matched file to submitted/<student>/<assignment>/<notebook>.ipynb.
+
+    Each submission's time goes into timestamp.txt beside it (nbgrader's file, late.py): ``times``
+    (the LMS's own, late.load_lms_times) where it has the student, else the downloaded file's time.
+    """
     matches, skipped = plan(lms_dir, assignments, pattern)
     if dry_run:
         return matches, skipped
@@ -125,6 +131,8 @@ def collect(lms_dir: Path, submitted: Path, assignments: list[str], pattern: str
                 with zipfile.ZipFile(m.path) as zf, zf.open(m.member) as src, tmp.open("wb") as out:
                     shutil.copyfileobj(src, out, length=1 << 20)
             os.replace(tmp, dest)
+            when = (times or {}).get((m.student, m.assignment))          # [late hook]
+            late.write_timestamp(folder, when or datetime.fromtimestamp(m.path.stat().st_mtime, timezone.utc))
         except (OSError, zipfile.BadZipFile, NotImplementedError, ValueError, EOFError, RuntimeError,
                 zlib.error) as exc:          # one unreadable file or member: the rest of the class is collected
             tmp.unlink(missing_ok=True)

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import compare, notebooks, package, sandbox
+from . import compare, late, notebooks, package, sandbox
 from .store import safe_name
 from .sandbox import Limits
 
@@ -87,6 +87,7 @@ class Submission:
     details: list[str] = field(default_factory=list)
     cells: list[dict] | None = None
     extra_files: list[Path] = field(default_factory=list)
+    submitted_at: str | None = None  # [late hook] nbgrader's timestamp.txt, ISO 8601 UTC
 
 
 def discover(submitted: Path, assignments: list[str], students: list[str]) -> list[Submission]:
@@ -133,9 +134,11 @@ def discover(submitted: Path, assignments: list[str], students: list[str]) -> li
                 sub.details.append(f"{name}.ipynb: unreadable ({type(exc).__name__})")
                 continue
             sub.notebook = nb
+            sub.submitted_at = late.read_timestamp(adir)      # [late hook] the exchange's or collect's time
             total = 0
             for extra in sorted(adir.iterdir()):
-                if extra == nb or extra.is_symlink() or not extra.is_file() or extra.name.startswith("."):
+                if extra == nb or extra.is_symlink() or not extra.is_file() or extra.name.startswith(".") \
+                        or extra.name == late.TIMESTAMP_FILE:   # [late hook] metadata, not the student's file
                     continue
                 size = extra.stat().st_size
                 if len(sub.extra_files) >= MAX_EXTRA_FILES or total + size > MAX_EXTRA_BYTES:
@@ -330,6 +333,7 @@ def grade_submission(sub: Submission, plan: Plan, *, run_seed: int, run_dir: Pat
         "student": sub.student, "notebook": sub.assignment, "auto_status": status,
         "auto_points": auto_points, "max_points": a.max_points,
         "tests": tests, "written": written, "details": details, "cells": shown,
+        "submitted_at": sub.submitted_at,                     # [late hook]
         "run": {"status": execution.status, "exit_code": execution.exit_code,
                 "seconds": round(execution.seconds, 3), "detail": execution.detail,
                 "total_seconds": round(time.monotonic() - t0, 3)},
@@ -343,7 +347,7 @@ def not_run_record(sub: Submission, a: notebooks.Assignment) -> dict:
                        "cases": []} for t in a.tests],
             "written": [{"grade_id": w.grade_id, "max_points": w.points, "missing": True, "unchanged": False}
                         for w in a.written],
-            "details": list(sub.details), "cells": [], "run": None}
+            "details": list(sub.details), "cells": [], "run": None, "submitted_at": sub.submitted_at}
 
 
 # --------------------------------------------------------------------------- a class

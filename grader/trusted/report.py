@@ -3,7 +3,8 @@
 Both are rebuilt from grades/results/<student>/<notebook>.json plus the hand
 grades (grades/manual.csv), so grading a written answer never re-runs code.
 
-grades.csv:  student, notebook, points, max_points, status, details
+grades.csv:  student, notebook, raw_points, late_penalty, points, max_points, status,
+             submitted, due, days_late, details   (points = raw_points - late_penalty: late.py)
 cells.csv:   student, notebook, cell, points, max_points, result, reason
 feedback/<student>/<notebook>.html: the student's own cells and outputs, and for
 each test cell its points and, when it failed, which hidden case failed and a
@@ -18,12 +19,14 @@ import json
 import time
 from pathlib import Path
 
-from . import grading
+from . import grading, late
 
 from .store import (NOT_RUN, ROSTER_FIELDS, import_roster, load_manual, load_records,  # noqa: F401
                     load_roster, save_manual)
 
-TABLE_FIELDS = ["student", "notebook", "points", "max_points", "status", "details"]
+TABLE_FIELDS = ["student", "notebook", "raw_points", "late_penalty", "points", "max_points", "status",
+                "submitted", "due", "days_late", "details"]
+PRINTED = ["student", "notebook", "raw_points", "late_penalty", "points", "max_points", "status"]
 CELL_FIELDS = ["student", "notebook", "cell", "points", "max_points", "result", "reason"]
 
 
@@ -32,7 +35,7 @@ def fmt(x: float) -> str:
     return f"{x:g}"
 
 
-def row_for(record: dict, manual: dict) -> dict:
+def row_for(record: dict, manual: dict, policy: late.Policy | None = None) -> dict:
     student, nb = record["student"], record["notebook"]
     points = float(record["auto_points"])
     pending, details = [], list(record["details"])
@@ -56,8 +59,14 @@ def row_for(record: dict, manual: dict) -> dict:
     failed = [t["grade_id"] for t in record["tests"] if not t["passed"]]
     if failed and auto not in NOT_RUN:
         details.append("failed: " + ", ".join(failed))
-    return {"student": student, "notebook": nb, "points": fmt(points), "max_points": fmt(record["max_points"]),
-            "status": status, "details": "; ".join(details)}
+    lateness = late.assess(policy or late.Policy(), student, nb, record.get("submitted_at"), points,
+                           not_run=auto in NOT_RUN)
+    if lateness["note"]:
+        details.append(lateness["note"])
+    return {"student": student, "notebook": nb, "raw_points": fmt(points), "late_penalty": fmt(lateness["penalty"]),
+            "points": fmt(lateness["final"]), "max_points": fmt(record["max_points"]), "status": status,
+            "submitted": lateness["submitted"], "due": lateness["due"], "days_late": lateness["days_late"],
+            "details": "; ".join(details)}
 
 
 def _cell(value) -> str:
@@ -70,17 +79,18 @@ def _safe_row(row: dict) -> dict:
     return {k: _cell(v) for k, v in row.items()}
 
 
-def write_table(grades: Path, formgrader_grades: dict | None = None) -> list[dict]:
+def write_table(grades: Path, formgrader_grades: dict | None = None, policy: late.Policy | None = None) -> list[dict]:
     """grades.csv and cells.csv from the records and the hand grades; also every feedback page.
 
     ``formgrader_grades``: hand grades read back from nbgrader's gradebook (formgrader.hand_grades);
-    a grade recorded with ``grader manual`` wins over them.
+    a grade recorded with ``grader manual`` wins over them. ``policy``: the term's due dates and
+    late rule (late.load(grading.toml)); none: no penalty.
     """
     grades = Path(grades)
     manual = dict(formgrader_grades or {})
     manual.update(load_manual(grades))                     # `grader manual` wins
     records = load_records(grades)
-    rows = [row_for(r, manual) for r in records]
+    rows = [row_for(r, manual, policy) for r in records]
     rows.sort(key=lambda r: (r["student"], r["notebook"]))
     with (grades / "grades.csv").open("w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, TABLE_FIELDS)
@@ -110,11 +120,11 @@ def write_table(grades: Path, formgrader_grades: dict | None = None) -> list[dic
 
 
 def print_table(rows: list[dict], stream) -> None:
-    widths = {f: max(len(f), *(len(str(r[f])) for r in rows)) if rows else len(f) for f in TABLE_FIELDS[:-1]}
-    head = "  ".join(f.ljust(widths[f]) for f in TABLE_FIELDS[:-1]) + "  details"
+    widths = {f: max(len(f), *(len(str(r[f])) for r in rows)) if rows else len(f) for f in PRINTED}
+    head = "  ".join(f.ljust(widths[f]) for f in PRINTED) + "  details"
     stream.write(head + "\n" + "-" * min(len(head) + 40, 160) + "\n")
     for r in rows:
-        line = "  ".join(str(r[f]).ljust(widths[f]) for f in TABLE_FIELDS[:-1])
+        line = "  ".join(str(r[f]).ljust(widths[f]) for f in PRINTED)
         details = r["details"]
         stream.write(line + "  " + (details[:110] + ("..." if len(details) > 110 else "")) + "\n")
 
@@ -152,6 +162,12 @@ def write_feedback(grades: Path, record: dict, row: dict, manual: dict) -> Path:
              f"<tr><td><b>{_e(row['points'])}</b> / {_e(row['max_points'])}</td><td>{_e(row['status'])}</td>"
              f"<td>{'<br>'.join(_e(d) for d in row['details'].split('; ')) if row['details'] else ''}</td></tr>"
              "</table>"]
+    if row.get("due") or row.get("submitted"):                 # due date and late policy (late.py)
+        parts.append("<table><tr><th>Submitted</th><th>Due</th><th>Days late</th><th>Points earned</th>"
+                     "<th>Late penalty</th><th>Points</th></tr>"
+                     f"<tr><td>{_e(row.get('submitted') or 'unknown')}</td><td>{_e(row.get('due') or '-')}</td>"
+                     f"<td>{_e(row.get('days_late') or '0')}</td><td>{_e(row['raw_points'])}</td>"
+                     f"<td>{_e(row['late_penalty'])}</td><td><b>{_e(row['points'])}</b></td></tr></table>")
     parts.append("<h2>Tests</h2><p class='meta'>Points come from hidden tests run at grading time on fresh "
                  "inputs; every case of a test cell must pass for its points.</p>"
                  "<table><tr><th>Test cell</th><th>Points</th><th>Result</th></tr>")

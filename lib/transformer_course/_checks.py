@@ -13,7 +13,17 @@ The rules, the same for every public function of the package:
   the keys ``n_k``, the feature widths ``d_k`` and ``d``. An empty axis that is not
   reduced over (a batch of 0 sentences, 0 queries) is fine and gives an empty result.
 * Integers and booleans are promoted to float64; float16/32/64 keep their dtype.
-  Parameter dtypes (``dtype=`` of a layer) must be floating.
+  Parameter dtypes (``dtype=`` of a layer) must be floating. A ragged list (rows of
+  different lengths) is refused, naming the argument.
+* **Overflow: the result is right whenever it is representable.** A reduction whose
+  intermediate can overflow although the answer cannot (the sum of squares of
+  ``layer_norm``, ``rms_norm`` and ``l2_normalize``: float32 rows near 1e20, float64 near
+  1e155; the sum of ``mean_pool``) is computed as usual and, for the rows where the
+  intermediate came out non-finite, recomputed from the row divided by its largest
+  ``|x|`` (:func:`row_max_abs`); ordinary rows keep their bits. Where the answer itself is
+  not representable or would be silently wrong, the call is refused with the numbers:
+  attention scores ``Q K^T / sqrt(d_k)`` that overflow (they would read as "blocked" or
+  NaN), a temperature so small that ``logits / T`` overflows.
 """
 
 from __future__ import annotations
@@ -38,7 +48,11 @@ def as_float_array(x, name: str, *, min_ndim: int = 1) -> np.ndarray:
     """
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"{name} must be a real-valued array, got {describe(x)}")
-    arr = np.asarray(x)
+    try:
+        arr = np.asarray(x)
+    except ValueError as exc:                       # NumPy: "... inhomogeneous shape after 1 dimensions ..."
+        raise ValueError(f"{name} must be a rectangular array of numbers (every row the same length), "
+                         f"got a ragged {type(x).__name__}: {str(exc).split('. ', 1)[-1]}") from None
     kind = arr.dtype.kind          # f: floating, i/u: integer, b: bool; the rest is refused
     if kind not in "fiub":
         raise TypeError(
@@ -75,6 +89,13 @@ def check_width(x, name: str, width: int, *, min_ndim: int = 1, width_name: str 
     return arr
 
 
+def row_max_abs(x: np.ndarray) -> np.ndarray:
+    """``max |x|`` over the last axis ``(..., 1)``, 1 for a row of zeros: the divisor that brings a row
+    to ``[-1, 1]`` before a sum of squares (the overflow rule above)."""
+    s = np.max(np.abs(x), axis=-1, keepdims=True, initial=0)
+    return np.where(s > 0, s, 1).astype(x.dtype, copy=False)
+
+
 def check_finite(arr: np.ndarray, name: str, *, allow_neg_inf: bool = False) -> None:
     """Refuse NaN (and +inf; and -inf unless ``allow_neg_inf``)."""
     if np.isnan(arr).any():
@@ -105,14 +126,18 @@ def positive_float(value, name: str) -> float:
     return float(value)
 
 
-def float_dtype(dtype, name: str = "dtype") -> np.dtype:
-    """A floating NumPy dtype (float16/32/64); integer, bool and complex are refused."""
+def float_dtype(dtype, name: str = "dtype", allowed: tuple = ()) -> np.dtype:
+    """A floating NumPy dtype (float16/32/64); integer, bool and complex are refused, and so is
+    a name NumPy does not know (``"bfloat16"``). ``allowed``: the only dtypes accepted, if given."""
     try:
         out = np.dtype(dtype)
     except TypeError:
         raise TypeError(f"{name} must be a floating dtype such as np.float32, got {describe(dtype)}") from None
     if out.kind != "f":
         raise TypeError(f"{name} must be a floating dtype such as np.float32, got {out}")
+    if allowed and out not in [np.dtype(a) for a in allowed]:
+        names = " or ".join(f"np.{np.dtype(a).name}" for a in allowed)
+        raise ValueError(f"{name} must be {names}, got {out}")
     return out
 
 
@@ -205,6 +230,32 @@ def check_attention_inputs(query, key, value, d_model: int, *, finite: bool = Tr
     if key.shape[-2] == 0:
         raise ValueError(f"key must hold at least one position (n_k >= 1), got key {key.shape}")
     return query, key, value
+
+
+def scores_may_overflow(Q: np.ndarray, K: np.ndarray) -> bool:
+    """Whether ``Q K^T`` can overflow: every partial sum of a product is at most
+    ``d_k max|Q| max|K|``. Four reductions of Q and K, so that the ``(n_q, n_k)`` scores need a
+    check only when this bound comes within a factor 2 of the dtype's largest number."""
+    if Q.size == 0 or K.size == 0:
+        return False
+    bound = float(max(Q.max(), -Q.min())) * float(max(K.max(), -K.min())) * Q.shape[-1]
+    return not bound < float(np.finfo(np.result_type(Q, K)).max) / 2
+
+
+def check_scores_finite(scores: np.ndarray, Q: np.ndarray, K: np.ndarray, names: str = "Q and K") -> None:
+    """Refuse scores ``Q K^T / sqrt(d_k)`` that overflowed: +inf or NaN would be refused later as
+    "x contains ...", and -inf would silently read as a blocked key."""
+    if np.isfinite(scores).all():
+        return
+    q_name, k_name = names.split(" and ")
+    check_finite(Q, q_name)                         # a NaN or inf that came in is named as such
+    check_finite(K, k_name)
+    bad = int(np.count_nonzero(~np.isfinite(scores)))
+    raise ValueError(
+        f"the scores {q_name} {k_name}^T / sqrt(d_k) overflow {scores.dtype}: {bad} of {scores.size} are not finite "
+        f"(max |{q_name}| = {float(np.abs(Q).max()):.3g}, max |{k_name}| = {float(np.abs(K).max()):.3g}, "
+        f"d_k = {Q.shape[-1]}); expected scores within +-{float(np.finfo(scores.dtype).max):.3g}: scale {names} "
+        f"down, or pass float64")
 
 
 def check_mask(mask, score_shape) -> np.ndarray:

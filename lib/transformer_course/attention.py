@@ -20,8 +20,10 @@ from ._checks import (  # noqa: F401 (check_mask: also used from here)
     check_mask,
     check_qk,
     check_qkv,
+    check_scores_finite,
     describe,
     positive_float,
+    scores_may_overflow,
 )
 from .softmax import softmax
 
@@ -39,8 +41,12 @@ def attention_scores(Q, K) -> np.ndarray:
     Q, K = check_qk(Q, K)
     d_k = Q.shape[-1]
     dtype = np.result_type(Q, K)
-    # (..., n_q, d_k) @ (..., d_k, n_k) -> (..., n_q, n_k)
-    return (Q @ np.swapaxes(K, -1, -2)) * dtype.type(1.0 / np.sqrt(d_k))
+    with np.errstate(over="ignore", invalid="ignore"):
+        # (..., n_q, d_k) @ (..., d_k, n_k) -> (..., n_q, n_k)
+        scores = (Q @ np.swapaxes(K, -1, -2)) * dtype.type(1.0 / np.sqrt(d_k))
+    if scores_may_overflow(Q, K):                   # huge Q or K: refuse scores that overflowed
+        check_scores_finite(scores, Q, K)
+    return scores
 
 
 def scaled_dot_product_attention(Q, K, V, mask=None):

@@ -147,6 +147,12 @@ class DecoderBlockOutput(NamedTuple):
 class TransformerDecoderBlock:
     """Masked self-attention, optional cross-attention and a feed-forward network.
 
+    The self-attention is always causal (query i sees positions ``<= n_past + i``) and takes no
+    other mask: unlike ``torch.nn.TransformerDecoderLayer`` there is no ``tgt_mask`` and no
+    ``tgt_key_padding_mask``. Sequences of different lengths are run one by one (or padded at the
+    end, where causality keeps padding from reaching the real tokens before it). Only the
+    cross-attention takes a mask, ``memory_key_padding_mask``.
+
     Args:
         d_model: token width.
         n_heads: attention heads (must divide d_model).
@@ -410,17 +416,9 @@ def induction_model(vocab_size: int, max_len: int, *, sharpness: float = 20.0) -
 
 def decoder_block_from_torch(layer, dtype=np.float64) -> TransformerDecoderBlock:
     """A :class:`TransformerDecoderBlock` with the weights of a ``torch.nn.TransformerDecoderLayer``."""
-    import torch.nn.functional as F
+    from .torch_interop import activation_from_torch, multihead_from_torch
 
-    from .torch_interop import multihead_from_torch
-
-    act = layer.activation
-    if act is F.relu or getattr(act, "__name__", "") == "relu" or type(act).__name__ == "ReLU":
-        activation = "relu"
-    elif act is F.gelu or getattr(act, "__name__", "") == "gelu" or type(act).__name__ == "GELU":
-        activation = "gelu"
-    else:
-        raise ValueError(f"only relu and gelu activations are supported, got {act!r}")
+    activation = activation_from_torch(layer.activation)
     d_model, d_ff = layer.self_attn.embed_dim, layer.linear1.out_features
     block = TransformerDecoderBlock(d_model, layer.self_attn.num_heads, d_ff, rng=np.random.default_rng(0),
                                     norm_first=bool(layer.norm_first), activation=activation,

@@ -54,6 +54,25 @@ def _check_logits(logits) -> np.ndarray:
     return logits
 
 
+def check_prompt_ids(prompt_ids) -> np.ndarray:
+    """A non-empty 1-D sequence of non-negative integer token ids, as int64 ``(n,)``."""
+    ids = np.asarray(prompt_ids)
+    if ids.ndim != 1 or ids.size == 0:
+        raise ValueError(f"prompt_ids must be a non-empty 1-D sequence of ints, got {describe(prompt_ids)}")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise TypeError(f"prompt_ids must hold integers, got dtype {ids.dtype}")
+    if ids.min() < 0:
+        raise ValueError(f"prompt_ids must be token ids >= 0, got {ids.min()}")
+    return ids.astype(np.int64)
+
+
+def check_n_new(n_new) -> int:
+    """The number of tokens to generate: an int >= 0."""
+    if isinstance(n_new, bool) or not isinstance(n_new, numbers.Integral) or n_new < 0:
+        raise ValueError(f"n_new must be an int >= 0, got {describe(n_new)}")
+    return int(n_new)
+
+
 def keep_top_k(probs: np.ndarray, k: int) -> np.ndarray:
     """Boolean mask ``(..., V)``: True for the ``k`` largest entries of each row.
 
@@ -75,12 +94,18 @@ def keep_top_p(probs: np.ndarray, p: float) -> np.ndarray:
     order whose total is ``>= p``: token number i (0-based, in sorted order) is
     kept when the mass *before* it is still ``< p``. The most likely token is
     therefore always kept, and ``p = 1`` keeps every token.
+
+    The mass before token i is the running sum of tokens 0..i-1 itself (the cumulative
+    sum shifted by one), so the nucleus ends exactly where that sum first reaches p;
+    ``cumsum - p_i`` would round (0.7 - 0.2 = 0.49999999999999994 < 0.5) and keep one
+    token too many at p = 0.5 for probabilities 0.5, 0.2, ...
     """
     if p >= 1.0:
         return np.ones(probs.shape, dtype=bool)
     order = np.argsort(-probs, axis=-1, kind="stable")          # (..., V), largest first
     sorted_probs = np.take_along_axis(probs, order, axis=-1)    # (..., V), decreasing
-    mass_before = np.cumsum(sorted_probs, axis=-1) - sorted_probs
+    running = np.cumsum(sorted_probs, axis=-1)                  # (..., V): mass of tokens 0..i
+    mass_before = np.concatenate([np.zeros_like(running[..., :1]), running[..., :-1]], axis=-1)
     keep_sorted = mass_before < p                               # first entry: 0 < p, always kept
     keep = np.zeros(probs.shape, dtype=bool)
     np.put_along_axis(keep, order, keep_sorted, axis=-1)
@@ -114,7 +139,15 @@ def sampling_probabilities(logits, *, temperature=1.0, top_k=None, top_p=None) -
         np.put_along_axis(probs, np.argmax(logits, axis=-1)[..., None], 1.0, axis=-1)
         return probs
 
-    probs = softmax(logits / logits.dtype.type(temperature), axis=-1)   # (..., V)
+    try:
+        with np.errstate(over="raise", divide="raise", invalid="raise"):   # float32(1e-50) is 0: divide
+            scaled = logits / logits.dtype.type(temperature)
+    except FloatingPointError:
+        biggest = np.abs(logits[np.isfinite(logits)]).max()
+        raise ValueError(f"temperature={temperature:.3g} is too small for these logits: logits / temperature "
+                         f"overflows {logits.dtype} (max |logit| = {biggest:.3g}); use temperature=0 for greedy "
+                         f"decoding, or a temperature >= {biggest / np.finfo(logits.dtype).max:.3g}") from None
+    probs = softmax(scaled, axis=-1)                             # (..., V)
     if top_k is not None:
         probs = np.where(keep_top_k(probs, top_k), probs, 0)
         probs = probs / probs.sum(axis=-1, keepdims=True)
@@ -174,19 +207,12 @@ def generate(
     """
     if not callable(step_fn):
         raise TypeError(f"step_fn must be callable ids -> logits, got {describe(step_fn)}")
-    ids = np.asarray(prompt_ids)
-    if ids.ndim != 1 or ids.size == 0:
-        raise ValueError(f"prompt_ids must be a non-empty 1-D sequence of ints, got {describe(prompt_ids)}")
-    if not np.issubdtype(ids.dtype, np.integer):
-        raise TypeError(f"prompt_ids must hold integers, got dtype {ids.dtype}")
-    if isinstance(n_new, bool) or not isinstance(n_new, numbers.Integral) or n_new < 0:
-        raise ValueError(f"n_new must be an int >= 0, got {describe(n_new)}")
+    ids, n_new = check_prompt_ids(prompt_ids), check_n_new(n_new)
     temperature = _check_temperature(temperature)
     if temperature > 0:
         rng = check_rng(rng)
 
-    ids = ids.astype(np.int64)
-    for _ in range(int(n_new)):
+    for _ in range(n_new):
         logits = np.asarray(step_fn(ids))
         if logits.ndim != 1:
             raise ValueError(f"step_fn must return logits of shape (V,), got shape {logits.shape}")

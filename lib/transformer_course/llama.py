@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_float_array, describe, positive_int
+from ._checks import (as_float_array, check_finite, check_scores_finite, describe, float_dtype, positive_int,
+                      row_max_abs)
 from .softmax import softmax
 
 
@@ -58,8 +59,16 @@ def rms_norm(x, weight, eps: float = 1e-5) -> np.ndarray:
         raise ValueError(f"weight must have shape ({x.shape[-1]},) to match x's last axis, got shape {weight.shape}")
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or eps <= 0:
         raise ValueError(f"eps must be a positive number, got {describe(eps)}")
-    mean_square = np.mean(x * x, axis=-1, keepdims=True)                 # (..., 1)
-    return x / np.sqrt(mean_square + x.dtype.type(eps)) * weight.astype(x.dtype, copy=False)
+    with np.errstate(over="ignore"):
+        mean_square = np.mean(x * x, axis=-1, keepdims=True)             # (..., 1)
+    out = x / np.sqrt(mean_square + x.dtype.type(eps))
+    overflowed = ~np.isfinite(mean_square)               # |x| ~ 1e19 in float32: x * x is inf
+    if overflowed.any():                                 # those rows again, scaled (_checks.py's rule)
+        s = row_max_abs(x)                                               # (..., 1)
+        xs = x / s
+        eps_s = x.dtype.type(eps) / s / s                                # 0 once s^2 >> 1 / eps
+        out = np.where(overflowed, xs / np.sqrt(np.mean(xs * xs, axis=-1, keepdims=True) + eps_s), out)
+    return out * weight.astype(x.dtype, copy=False)
 
 
 def rope_frequencies(d_head: int, base: float = 10000.0) -> np.ndarray:
@@ -175,7 +184,9 @@ def grouped_query_attention(q, k, v, query_positions=None, return_weights: bool 
     group = n_heads // n_kv
 
     qg = q.reshape(n_kv, group * n_q, d)                                   # (n_kv, group*n_q, d): head h -> h // group
-    scores = (qg @ k.transpose(0, 2, 1)) * q.dtype.type(1 / np.sqrt(d))   # (n_kv, group*n_q, n_k)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scores = (qg @ k.transpose(0, 2, 1)) * q.dtype.type(1 / np.sqrt(d))   # (n_kv, group*n_q, n_k)
+    check_scores_finite(scores, q, k, "q and k")          # overflowed scores would read as masked (-inf)
     scores = scores.reshape(n_kv, group, n_q, n_k)
     future = np.arange(n_k)[None, :] > query_positions[:, None]           # (n_q, n_k): keys after the query
     scores = np.where(future, -np.inf, scores).astype(q.dtype, copy=False)
@@ -208,6 +219,8 @@ class LlamaConfig:
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
+
+MODEL_DTYPES = (np.float32, np.float64)     # what Llama computes in
 
 # GGUF tensor names of layer L, relative to "blk.L.": matrices (out, in), norms (d,)
 LAYER_TENSORS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
@@ -244,9 +257,7 @@ class Llama:
 
     def __init__(self, config: LlamaConfig, weights: dict, dtype=np.float32):
         self.config = config
-        self.dtype = np.dtype(dtype)
-        if self.dtype not in (np.float32, np.float64):
-            raise ValueError(f"dtype must be float32 or float64, got {describe(dtype)}")
+        self.dtype = float_dtype(dtype, allowed=MODEL_DTYPES)
         missing = [f"blk.{L}.{n}.weight" for L in range(config.n_layers) for n in LAYER_TENSORS
                    if f"blk.{L}.{n}.weight" not in weights]
         missing = missing + [n for n in ("token_embd.weight", "output_norm.weight") if n not in weights]
@@ -260,6 +271,11 @@ class Llama:
         self.final_norm = cast(weights["output_norm.weight"])                   # (d,)
         self.layers = [{name: cast(weights[f"blk.{L}.{name}.weight"]) for name in LAYER_TENSORS}
                        for L in range(config.n_layers)]
+        tensors = {"token_embd.weight": self.embedding, "output_norm.weight": self.final_norm}
+        tensors.update({f"blk.{L}.{name}.weight": layer[name] for L, layer in enumerate(self.layers) for name in layer})
+        for name, a in tensors.items():                 # min and max: NaN propagates, +-inf shows; 2 fast passes
+            if a.size and not (np.isfinite(a.min()) and np.isfinite(a.max())):
+                check_finite(a, f"weights[{name!r}]")
 
     def new_cache(self, capacity: int = 1024) -> KVCache:
         return KVCache(self.config, capacity, self.dtype)
@@ -287,6 +303,10 @@ class Llama:
         n = ids.size
         if cache is not None and start + n > cache.capacity:
             raise ValueError(f"the cache holds {cache.capacity} positions; {start} used, {n} more requested")
+        if start + n > cfg.context_length:
+            raise ValueError(f"ids would sit at positions {start}..{start + n - 1}, past the model's context of "
+                             f"{cfg.context_length} positions (0..{cfg.context_length - 1}, the range RoPE was "
+                             f"trained on): {n} ids after {start} cached")
         positions = np.arange(start, start + n)
         cos, sin = rope_tables(positions, cfg.d_head, cfg.rope_base, self.dtype)   # (n, d_head/2)
 
@@ -326,9 +346,14 @@ class Llama:
     def generate_greedy(self, prompt_ids, n_new: int, use_cache: bool = True) -> np.ndarray:
         """Greedy decoding: ``prompt_ids`` then ``n_new`` argmax tokens; without the cache every
         step runs the whole sequence again (the slow way; the result must be identical)."""
-        from .generation import generate
+        from .generation import check_n_new, check_prompt_ids, generate
 
-        prompt_ids = np.asarray(prompt_ids)
+        prompt_ids, n_new = check_prompt_ids(prompt_ids), check_n_new(n_new)
+        if prompt_ids.max() >= self.config.vocab_size:
+            raise ValueError(f"prompt_ids must lie in 0..{self.config.vocab_size - 1}, got {prompt_ids.max()}")
+        if prompt_ids.size + n_new > self.config.context_length:
+            raise ValueError(f"{prompt_ids.size} prompt ids + n_new={n_new} = {prompt_ids.size + n_new} positions, "
+                             f"past the model's context of {self.config.context_length}")
         if use_cache:
             step = self.step_function(self.new_cache(prompt_ids.size + n_new))
         else:

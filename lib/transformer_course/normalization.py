@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import check_array, check_vector, positive_float
+from ._checks import check_array, check_vector, positive_float, row_max_abs
 
 
 def layer_norm(x, gamma=None, beta=None, eps: float = 1e-5) -> np.ndarray:
@@ -29,15 +29,30 @@ def layer_norm(x, gamma=None, beta=None, eps: float = 1e-5) -> np.ndarray:
     x = check_array(x, "x", nonempty=(-1,))
     eps = positive_float(eps, "eps")
     d = x.shape[-1]
-    mean = x.mean(axis=-1, keepdims=True)
-    centred = x - mean
-    var = np.mean(centred * centred, axis=-1, keepdims=True)
-    out = centred / np.sqrt(var + x.dtype.type(eps))
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = x.mean(axis=-1, keepdims=True)
+        centred = x - mean
+        var = np.mean(centred * centred, axis=-1, keepdims=True)
+        out = centred / np.sqrt(var + x.dtype.type(eps))
+    overflowed = ~np.isfinite(var)                  # float32 |x| ~ 1e20: the squares are inf
+    if overflowed.any():                            # those rows again, scaled (_checks.py's overflow rule)
+        out = np.where(overflowed, _layer_norm_scaled(x, eps), out)
     if gamma is not None:
         out = out * check_vector(gamma, "gamma", d).astype(x.dtype, copy=False)
     if beta is not None:
         out = out + check_vector(beta, "beta", d).astype(x.dtype, copy=False)
     return out
+
+
+def _layer_norm_scaled(x: np.ndarray, eps: float) -> np.ndarray:
+    """``(x - mean) / sqrt(var + eps)`` computed on ``x / s``, ``s`` = the row's max ``|x|``:
+    ``var(x) + eps = s^2 (var(x / s) + eps / s^2)``, and nothing in it can overflow."""
+    s = row_max_abs(x)                                              # (..., 1)
+    xs = x / s                                                      # entries in [-1, 1]
+    centred = xs - xs.mean(axis=-1, keepdims=True)
+    denom = np.sqrt(np.mean(centred * centred, axis=-1, keepdims=True) + x.dtype.type(eps) / s / s)
+    # eps / s^2 underflows to 0 when s^2 >> 1 / eps: a row with denom 0 is constant, centred = 0 exactly -> 0
+    return centred / np.where(denom > 0, denom, 1)
 
 
 def fold_layer_norm(gamma, beta, W, b):

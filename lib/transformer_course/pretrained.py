@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._checks import check_array, describe, positive_int
+from ._checks import check_array, describe, positive_int, row_max_abs
 from .encoder import TransformerEncoderBlock
 from .normalization import layer_norm
 
@@ -213,6 +213,9 @@ def tokenize(tokenizer, sentences) -> TokenBatch:
     for i, sentence in enumerate(sentences):
         if not isinstance(sentence, str):
             raise TypeError(f"sentences[{i}] must be a string, got {describe(sentence)}")
+    if not sentences:                           # a batch of 0 sentences of 0 tokens
+        empty = np.zeros((0, 0), dtype=np.int64)
+        return TokenBatch(empty, empty.copy(), empty.copy(), [])
     encodings = tokenizer.encode_batch(sentences)
     as_array = lambda field: np.array([getattr(e, field) for e in encodings], dtype=np.int64)  # noqa: E731
     return TokenBatch(as_array("ids"), as_array("attention_mask"), as_array("type_ids"),
@@ -288,17 +291,35 @@ def mean_pool(states, attention_mask) -> np.ndarray:
 
     Padding contributes nothing and is not counted (sentence-transformers' mean pooling)."""
     states = check_array(states, "states", min_ndim=2)
-    mask = np.asarray(attention_mask).astype(states.dtype)        # (batch, n)
-    total = np.einsum("...nd,...n->...d", states, mask)           # (batch, d)
+    mask = check_array(attention_mask, "attention_mask").astype(states.dtype, copy=False)   # (batch, n)
+    if mask.shape != states.shape[:-1]:
+        raise ValueError(f"attention_mask must have shape {states.shape[:-1]} (batch, n) to match states "
+                         f"{states.shape}, got shape {mask.shape}")
     count = np.maximum(mask.sum(axis=-1, keepdims=True), 1e-9)    # (batch, 1), as sentence-transformers
-    return total / count.astype(states.dtype)
+    count = count.astype(states.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.einsum("...nd,...n->...d", states, mask) / count  # (batch, d)
+    overflowed = ~np.isfinite(out).all(axis=-1, keepdims=True)    # float32 states near 1e38: the sum is inf
+    if overflowed.any():                                          # those rows again, scaled (_checks.py's rule)
+        s = np.max(row_max_abs(states), axis=-2)                  # (batch, 1): each sequence's max |state|
+        scaled = np.einsum("...nd,...n->...d", states / s[..., None, :], mask) / count
+        out = np.where(overflowed, scaled * s, out)
+    return out
 
 
 def l2_normalize(x, eps: float = 1e-12) -> np.ndarray:
     """Every row divided by its Euclidean norm (at least ``eps``), as ``torch.nn.functional.normalize``."""
     x = check_array(x, "x")
-    norm = np.linalg.norm(x, axis=-1, keepdims=True)
-    return x / np.maximum(norm, x.dtype.type(eps))
+    with np.errstate(over="ignore"):
+        norm = np.linalg.norm(x, axis=-1, keepdims=True)
+    out = x / np.maximum(norm, x.dtype.type(eps))
+    overflowed = ~np.isfinite(norm)                 # a row of 1e200 (float64) or 1e20 (float32): x.x is inf
+    if overflowed.any():                            # those rows again, scaled (_checks.py's overflow rule)
+        s = row_max_abs(x)                                         # (..., 1)
+        xs = x / s
+        out = np.where(overflowed, xs / np.maximum(np.linalg.norm(xs, axis=-1, keepdims=True),
+                                                   x.dtype.type(eps) / s), out)
+    return out
 
 
 def sentence_embeddings(states, attention_mask) -> np.ndarray:
@@ -406,6 +427,8 @@ class SentenceEncoder:
     def encode(self, sentences, *, normalize: bool = True) -> np.ndarray:
         """Sentence embeddings ``(len(sentences), d)``: unit vectors (cosine similarity = dot product)."""
         batch = self.tokenize(sentences)
+        if batch.input_ids.shape[0] == 0:           # no sentences: no embeddings (nothing is averaged over)
+            return np.zeros((0, self.config.d_model), dtype=self.dtype)
         states = self.token_states(batch.input_ids, batch.attention_mask, batch.token_type_ids)
         pooled = mean_pool(states, batch.attention_mask)
         return l2_normalize(pooled) if normalize else pooled

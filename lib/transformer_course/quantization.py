@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, describe
+from ._checks import as_float_array, describe, float_dtype
 
 BLOCK = 32                                   # numbers per block, both formats
 Q8_0_BYTES = 2 + BLOCK                       # 34: float16 d, 32 int8
@@ -55,6 +55,7 @@ def dequantize_q8_0(raw, dtype=np.float32) -> np.ndarray:
     Returns:
         ``(..., n_blocks * 32)`` of ``dtype``.
     """
+    dtype = float_dtype(dtype)
     blocks = _blocks(raw, "raw", Q8_0_BYTES)                   # (..., n_blocks, 34)
     d = _float16(blocks, 0).astype(dtype)                       # (..., n_blocks, 1)
     q = blocks[..., 2:].view(np.int8).astype(dtype)             # (..., n_blocks, 32)
@@ -72,6 +73,7 @@ def dequantize_q4_1(raw, dtype=np.float32) -> np.ndarray:
         ``(..., n_blocks * 32)`` of ``dtype``; within a block, numbers 0..15 come from the low
         nibbles of the 16 packed bytes and numbers 16..31 from their high nibbles.
     """
+    dtype = float_dtype(dtype)
     blocks = _blocks(raw, "raw", Q4_1_BYTES)                   # (..., n_blocks, 20)
     d = _float16(blocks, 0).astype(dtype)                       # (..., n_blocks, 1)
     m = _float16(blocks, 2).astype(dtype)                       # (..., n_blocks, 1)

@@ -37,18 +37,25 @@ def multihead_from_torch(module, dtype=np.float64) -> MultiHeadAttention:
     return mha
 
 
-def encoder_block_from_torch(layer, dtype=np.float64) -> TransformerEncoderBlock:
-    """A :class:`TransformerEncoderBlock` with the weights of a ``torch.nn.TransformerEncoderLayer``."""
+def activation_from_torch(act) -> str:
+    """``"relu"`` or ``"gelu"`` for the activation of a ``torch.nn.Transformer*Layer``: ``F.relu``,
+    ``F.gelu``, ``nn.ReLU()`` or ``nn.GELU()``. The course's GELU is the exact (erf) one, so
+    ``nn.GELU(approximate="tanh")`` (GPT-2's form, up to ~1e-3 away) is refused, as is anything else."""
     import torch.nn.functional as F
 
-    act = layer.activation
     if act is F.gelu or getattr(act, "__name__", "") == "gelu" or (
             type(act).__name__ == "GELU" and getattr(act, "approximate", "none") == "none"):
-        activation = "gelu"
-    elif act is F.relu or getattr(act, "__name__", "") == "relu" or type(act).__name__ == "ReLU":
-        activation = "relu"
-    else:
-        raise ValueError(f"only relu and exact (erf) gelu activations are supported, got {act!r}")
+        return "gelu"
+    if act is F.relu or getattr(act, "__name__", "") == "relu" or type(act).__name__ == "ReLU":
+        return "relu"
+    raise ValueError(f"layer.activation must be relu or the exact (erf) gelu, got {act!r}"
+                     + (": the tanh approximation differs from the erf form by up to ~1e-3"
+                        if getattr(act, "approximate", "none") != "none" else ""))
+
+
+def encoder_block_from_torch(layer, dtype=np.float64) -> TransformerEncoderBlock:
+    """A :class:`TransformerEncoderBlock` with the weights of a ``torch.nn.TransformerEncoderLayer``."""
+    activation = activation_from_torch(layer.activation)
     d_model = layer.self_attn.embed_dim
     d_ff = layer.linear1.out_features
     block = TransformerEncoderBlock(d_model, layer.self_attn.num_heads, d_ff, rng=np.random.default_rng(0),

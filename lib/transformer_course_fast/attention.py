@@ -62,7 +62,8 @@ import threading
 import numpy as np
 
 from transformer_course._checks import (check_attention_inputs, check_finite, check_mask, check_qkv, describe,
-                                       float_dtype, positive_int)
+                                       float_dtype, positive_int, scores_may_overflow)
+from transformer_course.attention import scaled_dot_product_attention
 from transformer_course.masks import combine_with_key_padding
 from transformer_course.multihead import MultiHeadAttention
 
@@ -429,12 +430,35 @@ def flash_attention(Q, K, V, mask=None, *, causal=False, block_q=DEFAULT_BLOCK_Q
         out_dtype = np.result_type(Q, K, V)
         dtype = np.promote_types(out_dtype, np.float32)       # float16 -> float32
         Q, K, V = (a.astype(dtype, copy=False) for a in (Q, K, V))
+        if scores_may_overflow(Q, K) or _sums_may_overflow(V):   # rare: the reference's rules decide
+            return _by_the_reference(Q, K, V, mask, causal, out_dtype)
         out = np.empty(Q.shape[:-1] + (V.shape[-1],), dtype)  # (..., n_q, d_v)
         if auto:
             threads = _auto_threads(threads, math.prod(score_shape))
         _flash_core(Q, K, V, out, mask, bool(causal), block_q, block_k, threads, running_max,
                     check_finite=True)
+    if not np.isfinite(out).all():     # finite inputs (checked by the core): the unnormalised sums overflowed,
+        return _by_the_reference(Q, K, V, mask, causal, out_dtype)   # e.g. V near float32's max
     return out.astype(out_dtype, copy=False)
+
+
+def _sums_may_overflow(V) -> bool:
+    """Whether ``acc = sum_j p_j v_j`` (each ``p_j <= 1``, up to ``n_k`` terms) can overflow."""
+    if V.size == 0:
+        return False
+    return not float(max(V.max(), -V.min())) * V.shape[-2] < float(np.finfo(V.dtype).max) / 2
+
+
+def _by_the_reference(Q, K, V, mask, causal, out_dtype):
+    """``scaled_dot_product_attention(Q, K, V, mask)[0]`` with ``causal`` as a mask: where the tiles'
+    sums would overflow, the readable reference gives the answer or its clear refusal."""
+    if causal:
+        allowed = np.tril(np.ones(Q.shape[-2:-1] + K.shape[-2:-1], dtype=bool))   # (n_q, n_k), j <= i
+        if mask is None or mask.dtype == bool:
+            mask = allowed if mask is None else mask & allowed
+        else:
+            mask = np.where(allowed, mask, -np.inf)
+    return scaled_dot_product_attention(Q, K, V, mask)[0].astype(out_dtype, copy=False)
 
 
 # ---------------------------------------------------------------------------

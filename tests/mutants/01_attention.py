@@ -126,3 +126,25 @@ def lookup_query(K, j, confidence=0.99):
     return np.linalg.lstsq(K, np.sqrt(d) * t, rcond=None)[0]
 '''},
 }
+
+# Correct implementations written differently: the hidden tests must accept them
+# (tests/test_hidden_tests_catch_mutants.py runs them through the hidden tests).
+ALTERNATIVES = {
+    "lookup: the minimum-norm solution of K q = t by the pseudo-inverse": {"lookup_query": '''
+def lookup_query(K, j, confidence=0.99):
+    K = np.asarray(K, dtype=float)
+    n, d = K.shape
+    t = np.zeros(n)
+    t[j] = np.sqrt(d) * np.log((n - 1) * confidence / (1 - confidence))
+    return np.linalg.pinv(K) @ t
+'''},
+    "lookup: least squares, and the margin as a logit of the odds against one other key": {"lookup_query": '''
+def lookup_query(K, j, confidence=0.99):
+    K = np.asarray(K, dtype=float)
+    n, d = K.shape
+    odds = confidence / (1 - confidence)           # weight of key j over all the others together
+    scores = np.zeros(n)
+    scores[j] = np.log(odds) + np.log(n - 1)       # against n - 1 keys of score 0
+    return np.linalg.lstsq(K, np.sqrt(d) * scores, rcond=None)[0]
+'''},
+}

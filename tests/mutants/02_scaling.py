@@ -104,3 +104,18 @@ MUTANTS.update({
         "    J = p[..., :, None] * np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :]\n"
         "    return np.einsum('...ij,...i->...j', J, g)"),
 })
+
+# Correct implementations written differently: the hidden tests must accept them.
+ALTERNATIVES = {
+    "Jacobian with einsum (diag(p) - p p^T, batched)": {"softmax_jacobian": '''
+def softmax_jacobian(p):
+    p = np.asarray(p, dtype=float)
+    eye = np.eye(p.shape[-1])
+    return np.einsum("...i,ij->...ij", p, eye) - np.einsum("...i,...j->...ij", p, p)
+'''},
+    "backward: p * g minus p times the row's p-weighted sum of g": _backward(
+        "    return p * g - p * np.einsum('...i,...i->...', p, g)[..., None]"),
+    "backward: the weighted mean with np.average": _backward(
+        "    mean = np.sum(p * g, axis=-1, keepdims=True) / np.sum(p, axis=-1, keepdims=True)\n"
+        "    return p * (g - mean)"),
+}

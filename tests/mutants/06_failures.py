@@ -67,6 +67,24 @@ def online_softmax_attention(Q, K, V, block_size):
         acc = acc + p @ V[..., start:start + block_size, :]
     return acc / total
 '''},
+    "online: old sums rescaled to each block's own maximum (exact, but exp(old - new) overflows when the "
+    "maximum falls)": {"online_attention": '''
+def online_softmax_attention(Q, K, V, block_size):
+    n_k = K.shape[-2]
+    prev_max = row_sum = acc = None
+    for start in range(0, n_k, block_size):
+        s = Q @ np.swapaxes(K[..., start:start + block_size, :], -1, -2) / np.sqrt(Q.shape[-1])
+        block_max = s.max(axis=-1, keepdims=True)
+        p = np.exp(s - block_max)
+        if prev_max is None:
+            row_sum, acc = p.sum(axis=-1, keepdims=True), p @ V[..., start:start + block_size, :]
+        else:
+            rescale = np.exp(prev_max - block_max)          # the old sums, relative to this block's max
+            row_sum = row_sum * rescale + p.sum(axis=-1, keepdims=True)
+            acc = acc * rescale + p @ V[..., start:start + block_size, :]
+        prev_max = block_max
+    return acc / row_sum
+'''},
     "online: each block softmaxed separately, blocks averaged": {"online_attention": '''
 def online_softmax_attention(Q, K, V, block_size):
     n_k = K.shape[-2]
@@ -110,3 +128,53 @@ def online_softmax_attention(Q, K, V, block_size):
     return softmax(np.concatenate(blocks, axis=-1), axis=-1) @ V
 '''},
 })
+
+
+# Correct implementations written differently: the hidden tests must accept them.
+ALTERNATIVES = {
+    "online: the rescale applied only where the maximum rose": {"online_attention": '''
+def online_softmax_attention(Q, K, V, block_size):
+    Q, K, V = (np.asarray(a, dtype=float) for a in (Q, K, V))
+    m = np.full(Q.shape[:-1] + (1,), -np.inf)
+    l = np.zeros(Q.shape[:-1] + (1,))
+    o = np.zeros(Q.shape[:-1] + (V.shape[-1],))
+    for start in range(0, K.shape[-2], block_size):
+        s = Q @ np.swapaxes(K[..., start:start + block_size, :], -1, -2) / np.sqrt(Q.shape[-1])
+        m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
+        rose = m_new > m
+        factor = np.where(rose, np.exp(np.where(rose, m - m_new, 0.0)), 1.0)
+        p = np.exp(s - m_new)
+        l = l * factor + p.sum(axis=-1, keepdims=True)
+        o = o * factor + p @ V[..., start:start + block_size, :]
+        m = m_new
+    return o / l
+'''},
+    "online: each block's exponentials taken at its own maximum, then brought down to the running one":
+        {"online_attention": '''
+def online_softmax_attention(Q, K, V, block_size):
+    m = np.full(Q.shape[:-1] + (1,), -np.inf)
+    l = np.zeros(Q.shape[:-1] + (1,))
+    o = np.zeros(Q.shape[:-1] + (V.shape[-1],))
+    for start in range(0, K.shape[-2], block_size):
+        s = Q @ np.swapaxes(K[..., start:start + block_size, :], -1, -2) / np.sqrt(Q.shape[-1])
+        b = s.max(axis=-1, keepdims=True)
+        m_new = np.maximum(m, b)
+        p = np.exp(s - b) * np.exp(b - m_new)              # both factors <= 1
+        l = l * np.exp(m - m_new) + p.sum(axis=-1, keepdims=True)
+        o = o * np.exp(m - m_new) + p @ V[..., start:start + block_size, :]
+        m = m_new
+    return o / l
+'''},
+    "online: a running log-sum-exp instead of (max, sum)": {"online_attention": '''
+def online_softmax_attention(Q, K, V, block_size):
+    lse = np.full(Q.shape[:-1] + (1,), -np.inf)               # log of the running sum of exp(s)
+    o = np.zeros(Q.shape[:-1] + (V.shape[-1],))               # the running output, already normalised
+    for start in range(0, K.shape[-2], block_size):
+        s = Q @ np.swapaxes(K[..., start:start + block_size, :], -1, -2) / np.sqrt(Q.shape[-1])
+        block_lse = np.logaddexp.reduce(s, axis=-1, keepdims=True)
+        new_lse = np.logaddexp(lse, block_lse)
+        o = o * np.exp(lse - new_lse) + np.exp(s - new_lse) @ V[..., start:start + block_size, :]
+        lse = new_lse
+    return o
+'''},
+}

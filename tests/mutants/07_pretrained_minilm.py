@@ -279,3 +279,33 @@ def encode_long_document(token_ids, window, stride, encode_window, cls_id, sep_i
     return doc, pooled / np.linalg.norm(pooled)
 '''},
 })
+
+# Correct implementations written differently: the hidden tests must accept them.
+ALTERNATIVES = {
+    "long document: all windows in one padded batch, owners by one argmax over a (windows, n) score table": {
+        "encode_long_document": '''
+def encode_long_document(token_ids, window, stride, encode_window, cls_id, sep_id):
+    ids = np.asarray(token_ids)
+    n = len(ids)
+    starts = [0]
+    while starts[-1] + window < n:
+        starts.append(starts[-1] + stride)
+    ends = [min(s + window, n) for s in starts]
+    m = max(ends[k] - starts[k] for k in range(len(starts))) + 2
+    batch = np.zeros((len(starts), m), dtype=ids.dtype)
+    mask = np.zeros((len(starts), m), dtype=np.int64)
+    for k, (s, e) in enumerate(zip(starts, ends)):
+        batch[k, :e - s + 2] = np.concatenate([[cls_id], ids[s:e], [sep_id]])
+        mask[k, :e - s + 2] = 1
+    states = encode_window(batch, mask)                                  # (windows, m, d)
+    i = np.arange(n)
+    s, e = np.array(starts)[:, None], np.array(ends)[:, None]
+    score = np.where((s <= i) & (i < e), np.minimum(i - s, e - 1 - i), -1)   # (windows, n)
+    owner = np.argmax(score, axis=0)                                      # first maximum: the earlier window
+    tokens = states[owner, 1 + i - np.array(starts)[owner]]              # (n, d)
+    last = len(starts) - 1
+    doc = np.concatenate([states[0, :1], tokens, states[last, ends[last] - starts[last] + 1][None]])
+    pooled = doc.mean(axis=0)
+    return doc, pooled / max(np.linalg.norm(pooled), 1e-12)
+'''},
+}

@@ -84,6 +84,25 @@ def _top_p(keep_rule):
 '''
 
 
+_SOFTMAX_T = '''
+    probs = softmax(logits / temperature, axis=-1)
+'''
+
+# top-p by counting: the nucleus is the first n sorted tokens, n = 1 + the index where the running sum
+# first reaches top_p (searchsorted on the left; on the right is the boundary slip).
+_SEARCHSORTED = '''
+    if top_p is not None and top_p < 1:
+        sorted_p = np.take_along_axis(probs, order, axis=-1)
+        cum = np.cumsum(sorted_p, axis=-1).reshape(-1, probs.shape[-1])
+        n_keep = np.array([np.searchsorted(row, top_p, side="{side}") + 1 for row in cum])
+        keep_sorted = np.arange(probs.shape[-1]) < n_keep.reshape(probs.shape[:-1] + (1,))
+        keep = np.zeros(probs.shape, dtype=bool)
+        np.put_along_axis(keep, order, keep_sorted, axis=-1)
+        probs = np.where(keep, probs, 0.0)
+        probs = probs / probs.sum(axis=-1, keepdims=True)
+    return probs
+'''
+
 _GENERATE_HEAD = '''
 def generate(step_fn, prompt_ids, n_new, *, rng=None, temperature=1.0, top_k=None, top_p=None):
     ids = np.asarray(prompt_ids, dtype=np.int64)
@@ -229,6 +248,10 @@ def language_model_loss(logits, ids):
     probs = softmax(logits / temperature, axis=-1)
 ''' + _TOP_K + _top_p("np.concatenate([np.ones(cum.shape[:-1] + (1,), dtype=bool), mass_before[..., :-1] < top_p], "
                       "axis=-1)")},
+    "top-p that keeps the token whose mass before it equals p (<= instead of <)": {
+        "sampling_probabilities": _SAMPLING_HEAD + _SOFTMAX_T + _TOP_K + _top_p("mass_before <= top_p")},
+    "top-p by searchsorted on the right (one token too many where a running sum equals p)": {
+        "sampling_probabilities": _SAMPLING_HEAD + _SOFTMAX_T + _TOP_K + _SEARCHSORTED.format(side="right")},
     "top-p computed on the distribution before top-k": {"sampling_probabilities": _SAMPLING_HEAD + '''
     probs = softmax(logits / temperature, axis=-1)
     order = np.argsort(-probs, axis=-1, kind="stable")
@@ -305,5 +328,26 @@ def sample_next_token(logits, *, rng, temperature=1.0, top_k=None, top_p=None):
         token = sample_next_token(step_fn(ids), rng=rng, temperature=temperature)
         ids = np.append(ids, token)
     return ids
+'''},
+}
+
+# Correct implementations written differently: the hidden tests must accept them.
+ALTERNATIVES = {
+    "top-p by searchsorted on the left (the first index whose running sum reaches p)": {
+        "sampling_probabilities": _SAMPLING_HEAD + _SOFTMAX_T + _TOP_K + _SEARCHSORTED.format(side="left")},
+    "top-p by counting the running sums below p (an inclusive cumulative sum)": {
+        "sampling_probabilities": _SAMPLING_HEAD + _SOFTMAX_T + _TOP_K + _top_p(
+            "np.arange(cum.shape[-1]) <= (cum < top_p).sum(axis=-1, keepdims=True)")},
+    "top-p as Hugging Face writes it (ascending sort, drop the tail whose mass is <= 1 - p)": {
+        "sampling_probabilities": _SAMPLING_HEAD + _SOFTMAX_T + _TOP_K + '''
+    if top_p is not None and top_p < 1:
+        up = np.argsort(probs, axis=-1, kind="stable")              # ascending
+        tail = np.cumsum(np.take_along_axis(probs, up, axis=-1), axis=-1) <= 1 - top_p
+        tail[..., -1] = False                                        # the most likely token always stays
+        drop = np.zeros(probs.shape, dtype=bool)
+        np.put_along_axis(drop, up, tail, axis=-1)
+        probs = np.where(drop, 0.0, probs)
+        probs = probs / probs.sum(axis=-1, keepdims=True)
+    return probs
 '''},
 }

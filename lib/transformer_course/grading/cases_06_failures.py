@@ -75,6 +75,31 @@ def _online_large_inputs(rng):
     return {"Q": Q, "K": K, "V": rng.normal(0, 1, (b, n_k, d_v)), "block_size": block}
 
 
+# log(float64 max) = 709.78: exp of a larger difference overflows.
+EXP_RANGE = float(np.log(np.finfo(np.float64).max))
+
+
+def _online_falling_inputs(rng):
+    # Block maxima that fall by more than the exponent range: in every sequence the keys of one block
+    # score ~1000-1400, the next block's score ~0, so exp(earlier max - later max) = exp(> 900) overflows.
+    # An implementation that keeps the running maximum rescales by exp(0) = 1 and adds exp(s - m) = 0
+    # there; one that re-expresses the old sums relative to each block's own maximum gets inf / inf.
+    # Sequence 0: high block first, then low blocks; sequence 1: low, high, low..., so the fall comes after
+    # a rise. Within the high block the scores spread over a few units (the weights are mixed, not one-hot).
+    block, n_k = _block_and_length(rng, 2, 4)
+    n_q = int(rng.choice([m for m in range(3, 9) if m != n_k]))
+    d_k, d_v = _widths(rng)
+    b = 2
+    Q = rng.normal(0, 1, (b, n_q, d_k))
+    K = rng.normal(0, 1, (b, n_k, d_k))
+    Q[..., 0] = 40 + rng.uniform(0, 5, (b, n_q))                       # scores ~ 40 * 100 / sqrt(d_k) >= 1000
+    K[..., 0] = rng.normal(0, 0.02, (b, n_k))                          # the low blocks: scores ~ N(0, 1)
+    high = [slice(0, block), slice(block, 2 * block)]                  # sequence 0: block 0; sequence 1: block 1
+    for seq, keys in enumerate(high):
+        K[seq, keys, 0] += 100.0
+    return {"Q": Q, "K": K, "V": rng.normal(0, 1, (b, n_k, d_v)), "block_size": block}
+
+
 def _online_ref(Q, K, V, block_size):
     return scaled_dot_product_attention(Q, K, V)[0]
 
@@ -116,6 +141,10 @@ CASES["failures.online_attention_memory"] = Case(
 CASES["failures.online_attention_large"] = Case(
     _online_large_inputs, _online_ref, ("output",),
     description="scores of about a thousand, rising along the sequence (the max moves) and falling")
+CASES["failures.online_attention_falling"] = Case(
+    _online_falling_inputs, _online_ref, ("output",),
+    description="block maxima that fall by more than the exponent range (~1000 -> ~0): a rescale relative to "
+                "each block's own maximum overflows, the running maximum's does not")
 
 
 # ---------------------------------------------------------------------------
@@ -158,8 +187,9 @@ CASES["failures.leaked_weight_inf"] = Case(
 COVERAGE = {
     "online_softmax_attention": {
         "cases": ("failures.online_attention", "failures.online_attention_2d", "failures.online_attention_large",
-                  "failures.online_attention_memory"),
-        "requires": {"rank2", "rank3", "rank4", "self", "cross", "saturated", "max_first_block", "max_later_block"}},
+                  "failures.online_attention_falling", "failures.online_attention_memory"),
+        "requires": {"rank2", "rank3", "rank4", "self", "cross", "saturated", "max_first_block", "max_later_block",
+                     "max_falls_past_exp_range"}},
     "leaked_weight": {"cases": ("failures.leaked_weight", "failures.leaked_weight_inf"),
                       "requires": {"rank2", "rank3", "fully_masked", "saturated"}},
 }

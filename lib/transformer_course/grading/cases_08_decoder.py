@@ -268,6 +268,28 @@ for _kind, _desc in [
         description=_desc)
 
 
+# top_p exactly at a running sum. Each row holds 2, 4 or 8 equal logits (the others -inf), so every
+# probability is exactly 1/k and every running sum exact, whatever order a correct implementation sums
+# in; top_p in {0.25, 0.5, 0.75} is then a multiple of 1/4 and 1/8: the smallest set that reaches it
+# ends at that token, and "mass before <= p" (or searchsorted on the right) keeps one token too many.
+# Which of the tied tokens are kept is not specified: the hidden test compares each row sorted.
+def _top_p_boundary_inputs(rng):
+    b, V = int(rng.integers(3, 6)), int(rng.integers(9, 14))
+    logits = np.full((b, V), -np.inf)
+    for row, k in enumerate(rng.permutation([2, 4, 8] + [int(rng.choice([4, 8])) for _ in range(b - 3)])):
+        logits[row, rng.choice(V, size=k, replace=False)] = rng.uniform(-3.0, 3.0)
+    return {"logits": logits, "temperature": _temperature(rng), "top_p": float(rng.choice([0.25, 0.5, 0.75]))}
+
+
+def _top_p_boundary_ref(logits, temperature, top_p):
+    return np.sort(sampling_probabilities(logits, temperature=temperature, top_p=top_p), axis=-1)
+
+
+CASES["decoder.sampling_top_p_boundary"] = Case(
+    _top_p_boundary_inputs, _top_p_boundary_ref, ("sorted_probs",), tol=1e-9,
+    description="(b, V), rows of 2/4/8 equal logits (-inf elsewhere), top_p 0.25/0.5/0.75 exactly at a running sum")
+
+
 # ---------------------------------------------------------------------------
 # sample_next_token(logits, *, rng, temperature, top_k, top_p): the hidden test draws
 # N_DRAWS tokens with np.random.default_rng(seed) and reports (drawn at least once,
@@ -342,8 +364,9 @@ COVERAGE = {
                         "requires": {"rank2", "rank3", "cross"}},
     "decoder_block": {"cases": ("decoder.block_post_ln", "decoder.block_pre_ln"), "requires": {"rank3", "cross"}},
     "sampling": {"cases": ("decoder.sampling_greedy", "decoder.sampling_temperature", "decoder.sampling_top_k",
-                           "decoder.sampling_top_p", "decoder.sampling_top_k_p", "decoder.sampling_saturated"),
-                 "requires": {"rank1", "rank2", "saturated"}},
+                           "decoder.sampling_top_p", "decoder.sampling_top_k_p", "decoder.sampling_saturated",
+                           "decoder.sampling_top_p_boundary"),
+                 "requires": {"rank1", "rank2", "saturated", "top_p_at_running_sum"}},
     "sample_next_token": {"cases": ("decoder.sample_next_token_top_k", "decoder.sample_next_token_top_p"),
                           "requires": {"rank1"}},
     "generate": {"cases": ("decoder.generate_greedy", "decoder.generate_top_k1"), "requires": set()},
