@@ -68,7 +68,8 @@ lab-instructor: env ## JupyterLab for instructors: notebooks/ (sources), Formgra
 # fixture on one worker), each on ONE BLAS/OpenMP thread always: two workers with two spinning
 # OpenBLAS threads each on 2 cores ran 10x slower in places and starved the browser tests.
 # The thread count the environment asks for is exercised by nbval, which runs three times at once:
-# as the machine is (the environment's kernel and threads), and under two other OpenBLAS kernels.
+# as the machine is (the environment's kernel, threads and NumPy SIMD path), and under two other
+# OpenBLAS kernels, the one-thread run also on NumPy's next-lower SIMD path (tools/nbval_blas.py).
 TEST_WORKERS ?= 2
 test: test-env ## everything CI checks
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
@@ -79,7 +80,7 @@ nbval: test-env ## re-execute every notebook in solutions/ and compare its outpu
 	$(PY) -m pytest --nbval solutions --nbval-sanitize-with tools/nbval-sanitize.cfg \
 		-p tools.nbval_figures -p no:cacheprovider -o testpaths=solutions -q
 
-nbval-blas: test-env ## nbval again under two other OpenBLAS kernels, one of them on one thread
+nbval-blas: test-env ## nbval again under two other OpenBLAS kernels, one on one thread and a lower NumPy SIMD path
 	$(PY) tools/nbval_blas.py
 
 clean: ## remove build output (keeps .venv and the committed notebooks)

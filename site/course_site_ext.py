@@ -1,9 +1,9 @@
 """Sphinx extension of the course website (loaded through _config.yml).
 
-Three reader-facing fixes that configuration cannot make:
+Two reader-facing fixes that configuration cannot make (the maths themselves are typeset at
+build time by site/prerender_math.cjs, which replaces the MathJax scripts Sphinx adds to the pages
+that have equations):
 
-* **MathJax on every page.** Sphinx loads MathJax only on pages that contain equations; the
-  navigation of every page shows notebook titles, so load it everywhere.
 * **Plain-text titles.** A title with maths (notebook 02: "why divide by $\\sqrt{d_k}$") would
   show raw TeX in the browser tab and in search results, which cannot typeset. Maths in a
   title is replaced by its Unicode reading (``\\sqrt{d_k}`` -> ``√d_k``) when the page is read.
@@ -72,7 +72,6 @@ def plain_text_titles(app, doctree):
 
 
 def setup(app):
-    app.set_html_assets_policy("always")
     app.connect("source-read", drop_student_instructions)
     app.connect("doctree-read", plain_text_titles, priority=100)   # before Sphinx records the titles
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -177,16 +178,44 @@ def filled_release(name):
     return nb
 
 
+def _config_outside_the_course(home: Path) -> dict:
+    """The environment of a student who validates in a folder of their own: no course
+    nbgrader_config.py (nbgrader reads one from the working folder and Jupyter's config paths),
+    so nbgrader's defaults hold (30 s per cell, interrupt on timeout)."""
+    env = dict(os.environ, HOME=str(home), JUPYTER_CONFIG_DIR=str(home / ".jupyter"))
+    env.pop("JUPYTER_CONFIG_PATH", None)
+    from jupyter_core.paths import jupyter_config_path
+
+    for folder in jupyter_config_path():
+        found = Path(folder) / "nbgrader_config.py"
+        if folder.startswith(str(home)):
+            continue
+        assert not found.exists(), f"{found} would configure nbgrader for every student: not the defaults"
+    return env
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_a_correctly_filled_release_validates(name, tmp_path):
-    """What nbgrader's Validate button tells a student who solved everything: success, no
-    "partial credit" (a test cell whose last line has a value shows it as a partial score)."""
-    from nbgrader.validator import Validator
-
-    path = tmp_path / f"{name}.ipynb"
+    """What nbgrader's Validate tells a student who solved everything, run as a student runs it: the
+    released notebook with the solutions typed in, `nbgrader validate` in a folder outside the course,
+    nbgrader's default configuration (30 s per cell). It must say Success, with no cell interrupted
+    or timed out on the way (nbgrader interrupts such a cell, goes on and still says Success unless a
+    graded cell failed), and no "partial credit" (a test cell whose last line has a value shows it as a
+    partial score)."""
+    folder = tmp_path / "my work"
+    folder.mkdir()
+    path = folder / f"{name}.ipynb"
     nbformat.write(filled_release(name), path)
-    result = Validator().validate(str(path))
-    assert result == {}, f"{name}: Validate fails on a correct submission: {json.dumps(result)[:2000]}"
+    assert ROOT not in path.parents
+    proc = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "validate", path.name],
+                          cwd=folder, env=_config_outside_the_course(tmp_path), capture_output=True, text=True,
+                          timeout=1800)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 0, said[-3000:]
+    for sign in ("Timeout waiting for execute reply", "Interrupting kernel", "CellTimeoutError", "timed out"):
+        assert sign not in said, f"{name}: a cell ran past nbgrader's default 30 s under validate:\n{said[-3000:]}"
+    assert "Success! Your notebook passes all the tests." in proc.stdout, \
+        f"{name}: Validate fails on a correct submission:\n{said[-3000:]}"
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -7,8 +7,9 @@ driven by Playwright, and checked as a reader would see it:
 
 * no console error and no uncaught exception;
 * every image loaded (``naturalWidth > 0``);
-* maths rendered: every ``.math`` element holds a MathJax container, and no
-  MathJax error node exists;
+* maths typeset at build time (site/prerender_math.cjs): every ``.math`` element holds a MathJax
+  container, the page carries MathJax's CommonHTML stylesheet and loads no MathJax script (the
+  reader's browser typesets nothing), no MathJax error node exists and no font failed to load;
 * every internal link resolves, to a file of the site and, for ``#...``, to
   an element with that id;
 * no request leaves 127.0.0.1: every other request is blocked and recorded;
@@ -56,7 +57,12 @@ CHROMIUM_FLAGS = [
     "--no-first-run",
     "--disable-quic",
 ]
-PAGE_TIMEOUT_MS = 300_000
+# Every wait is for a condition (the load event, images decoded, fonts ready), never for the network
+# to fall quiet ("networkidle" once waited 300 s and more here), within a budget. The heaviest page,
+# theory.html (969 formulas, typeset at build time), in this Chromium on 2 cores: ready in 1.4-2.5 s
+# at load 8-10, 3.4-4.7 s at load ~15; its whole test here, full-page screenshot included, 5-15 s.
+# 120 s holds at load 4 with a wide margin.
+PAGE_TIMEOUT_MS = 120_000
 INSTALL_BROWSER = (
     "install it with `make browser-deps` (runs `apt-get install -y chromium`); "
     "never `playwright install`, which downloads a browser and fails offline"
@@ -135,8 +141,8 @@ class Visit:
         self.failed: list[str] = []
         self.port = server["port"]
         self.context = browser.new_context(viewport={"width": 1280, "height": 900})
-        # generous: a long page (theory, hundreds of formulas) on a busy
-        # 2-core machine takes a while to typeset and to screenshot
+        # a long page (theory, hundreds of formulas) on a busy 2-core machine takes a while to
+        # lay out and to screenshot: PAGE_TIMEOUT_MS
         self.context.set_default_timeout(PAGE_TIMEOUT_MS)
         self.context.set_default_navigation_timeout(PAGE_TIMEOUT_MS)
         self.context.route("**/*", self._route)
@@ -171,13 +177,10 @@ class Visit:
         self.settle()
 
     def settle(self):
-        # MathJax 3 typesets after startup; wait for it and for anything it
-        # loads lazily (TeX extensions, fonts), then for all images.
+        # The maths are typeset already (no MathJax runs in the page); wait for every image to be
+        # decoded and every font in use (MathJax's among them) to be loaded.
         self.page.evaluate(
             """async () => {
-                if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
-                    await MathJax.startup.promise;
-                }
                 await Promise.all([...document.images].map((img) => {
                     img.loading = 'eager';
                     return img.decode().catch(() => null);
@@ -185,7 +188,6 @@ class Visit:
                 if (document.fonts) { await document.fonts.ready; }
             }"""
         )
-        self.page.wait_for_load_state("networkidle")
 
     def close(self):
         self.context.close()
@@ -264,7 +266,10 @@ def test_page_in_browser(path, built_site, server, browser, screenshots):
             """() => {
                 const math = [...document.querySelectorAll('.math')];
                 return {
-                    mathjax: window.MathJax && MathJax.version || null,
+                    runtime: [...document.scripts].map((el) => el.src).filter((src) => /mathjax/i.test(src))
+                        .concat(window.MathJax ? ['window.MathJax'] : []),
+                    stylesheet: !!document.getElementById('MJX-CHTML-styles'),
+                    fonts: [...document.fonts].filter((f) => f.status === 'error').map((f) => f.family),
                     total: math.length,
                     rendered: math.filter((el) => el.querySelector('mjx-container')).length,
                     containers: document.querySelectorAll('mjx-container').length,
@@ -279,6 +284,9 @@ def test_page_in_browser(path, built_site, server, browser, screenshots):
             "() => [...document.querySelectorAll('a[href]')].map((a) => a.href)"
         )
         name = re.sub(r"[^A-Za-z0-9._-]+", "__", path.removesuffix(".html")) + ".png"
+        # course.css lets the browser skip sections far from the screen (content-visibility: auto);
+        # a reader's scrolling brings them in, a full-page screenshot does not: render them all.
+        page.add_style_tag(content="* { content-visibility: visible !important; }")
         page.screenshot(path=str(screenshots / name), full_page=True)
         current_path = urlsplit(page.url).path.lstrip("/") or "index.html"
     finally:
@@ -290,14 +298,16 @@ def test_page_in_browser(path, built_site, server, browser, screenshots):
     problems += [f"failed request: {f}" for f in visit.failed]
     problems += [f"image not loaded: {img['src']}" for img in images if not img["ok"]]
     if maths["total"]:
-        if not (maths["mathjax"] or "").startswith("3"):
-            problems.append(f"maths on the page but MathJax 3 not loaded ({maths['mathjax']})")
+        if not maths["stylesheet"]:
+            problems.append("maths on the page but no MathJax CommonHTML stylesheet: not typeset at build time")
         if maths["rendered"] != maths["total"]:
             problems.append(
                 f"{maths['total'] - maths['rendered']} of {maths['total']} maths not rendered: "
                 f"{maths['raw'][:5]}"
             )
     problems += [f"MathJax error: {e}" for e in maths["errors"]]
+    problems += [f"MathJax runs in the page (the maths should come typeset): {src}" for src in maths["runtime"]]
+    problems += [f"font failed to load: {family}" for family in maths["fonts"]]
 
     for href in hrefs:
         resolved = _resolve_internal(href, server["port"])
@@ -315,7 +325,9 @@ def _nav_target(page: str, css_class: str) -> str | None:
     """Where the `previous`/`next` link of a built page points (site-relative)."""
     from bs4 import BeautifulSoup
 
-    soup = BeautifulSoup((HTML / page).read_text(), "html.parser")
+    text = (HTML / page).read_text()
+    start = text.find('<div class="prev-next-area">')       # parse only the page's navigation:
+    soup = BeautifulSoup(text[start:] if start >= 0 else text, "html.parser")   # pages are large
     link = soup.select_one(f"a.{css_class}")
     if link is None:
         return None

@@ -35,6 +35,40 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     return exps / np.where(total == 0, 1, total).astype(x.dtype, copy=False)
 
 
+# exp_portable: e**x from operations IEEE 754 rounds the same way on every CPU.
+_LN2_HI = 0.693145751953125            # ln 2 to 16 bits: k * _LN2_HI is exact for |k| < 2**37
+_LN2_LO = 1.4286068203094172321e-06    # ln 2 - _LN2_HI
+_INV_LN2 = 1.4426950408889634          # 1 / ln 2, a literal: np.log itself has per-CPU paths
+_TAYLOR = [1.0 / np.prod(np.arange(1.0, n + 1)) for n in range(14)]   # 1/n!, n = 0..13
+
+
+def exp_portable(x) -> np.ndarray:
+    """``e**x`` in float64, the same bits on every CPU.
+
+    ``np.exp`` picks one of several SIMD implementations at run time (AVX-512, AVX2, or the
+    baseline's libm): each is accurate to an ulp or so, but their last bits differ, and whatever is
+    made of those bits (round-off itself, as in notebook 10's finite-difference figure) differs with
+    them. This one uses only ``+``, ``*``, ``np.rint`` and ``np.ldexp``, which IEEE 754 defines exactly
+    (each result correctly rounded), so every CPU and every SIMD path computes the same number:
+
+        e**x = 2**k * e**r,  k = rint(x / ln 2),  r = x - k ln 2 (|r| <= 0.35, ln 2 in two parts),
+
+    with ``e**r`` from its Taylor polynomial to degree 13 (truncation below 1e-17 relatively),
+    evaluated by Horner's rule. Agrees with ``np.exp`` to a few ulp (tests/test_portable_exp.py);
+    about 20 times slower. ``-inf`` gives 0, ``+inf`` and arguments above ln(finfo.max) give inf.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    clipped = np.clip(np.nan_to_num(x, nan=0.0, posinf=710.0, neginf=-746.0), -746.0, 710.0)
+    k = np.rint(clipped * _INV_LN2)
+    r = (clipped - k * _LN2_HI) - k * _LN2_LO
+    poly = np.full_like(r, _TAYLOR[-1])
+    for c in reversed(_TAYLOR[:-1]):
+        poly = poly * r + c
+    with np.errstate(over="ignore", under="ignore"):
+        out = np.ldexp(poly, k.astype(np.int64))
+    return np.where(np.isnan(x), np.nan, out)
+
+
 def softmax_jacobian(p) -> np.ndarray:
     """Jacobian of the softmax at output ``p``: ``J = diag(p) - p p^T`` (theory.md §2.2).
 
