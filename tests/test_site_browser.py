@@ -364,8 +364,11 @@ def test_search_finds_course_content(built_site, server, browser, screenshots):
     visit = Visit(browser, server, "search.html?q=attention")
     try:
         visit.open()
-        results = visit.page.locator("#search-results ul.search li")
-        results.first.wait_for()
+        # Sphinx lists the hits one by one (5 ms apart, slower under load) and only then says
+        # "Search finished": read the list after that, not after the first hit.
+        visit.page.wait_for_function(
+            "() => { const s = document.querySelector('#search-results p.search-summary');"
+            " return s !== null && s.innerText.startsWith('Search finished'); }")
         found = [urlsplit(h).path.lstrip("/") for h in
                  visit.page.eval_on_selector_all("#search-results ul.search li a",
                                                  "els => els.map((a) => a.href)")]
