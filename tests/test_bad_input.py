@@ -407,3 +407,24 @@ def test_flash_attention_follows_the_reference_where_its_sums_would_overflow():
             assert np.isfinite(got).all(), f"causal={causal}: non-finite output"
             # float32 rounding of sums of 6 terms, relative to the output's scale
             np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max())
+
+
+def test_fast_multi_head_follows_the_reference_where_scores_or_sums_would_overflow():
+    """Huge inputs: the reference refuses scores that overflow; FastMultiHeadAttention gives the
+    same refusal (not a silent NaN), and where only its tiles' sums could overflow, the
+    reference's answer, the causal flag read as the lower-triangular mask."""
+    fast = FastMultiHeadAttention(MHA)
+    x = R.normal(size=(2, 3, 8))
+    for scale in (1e160, 1e200):
+        with pytest.raises(ValueError, match=r"the scores Q K\^T / sqrt\(d_k\) overflow float64"):
+            MHA(x * scale)
+        with pytest.raises(ValueError, match=r"the scores Q K\^T / sqrt\(d_k\) overflow float64"):
+            fast(x * scale)
+    for causal in (False, True):
+        want = fast(x, causal=causal)                             # the tiled path
+        got = fast._by_the_reference(x, x, x, None, None, causal)   # the fallback
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max(),
+                                   err_msg=f"causal={causal}: the fallback differs from the tiled path")
+    mask = np.array([[True, False, True]] * 3)
+    np.testing.assert_allclose(fast._by_the_reference(x, x, x, mask, None, True), fast(x, mask=mask, causal=True),
+                               rtol=0, atol=1e-12, err_msg="boolean mask and causal: the fallback differs")

@@ -593,6 +593,8 @@ class FastMultiHeadAttention:
             # (..., n, h, d_head) -> (..., h, n, d_head): strided views, no copies.
             dtype = np.promote_types(q.dtype, np.float32)
             q, k, v = (np.swapaxes(a, -2, -3).astype(dtype, copy=False) for a in (q, k, v))
+            if scores_may_overflow(q, k) or _sums_may_overflow(v):    # rare: the reference's rules decide
+                return self._by_the_reference(query, key, value, mask, key_padding_mask, causal)
             # The heads are written side by side into one buffer, W_O's input; with a bias,
             # one more column of ones meets W_O's bias row (see _with_bias_row).
             width = d + (self.b_O is not None)
@@ -605,4 +607,18 @@ class FastMultiHeadAttention:
                 _flash_core(q, k, v, heads, combined, bool(causal), self.block_q, self.block_k,
                             threads if ours else 1)
             out = _linear(concat, self._W_O_b, lin_threads)            # (..., n_q, d_model)
+        if not np.isfinite(out).all():      # finite inputs: a tile's sums or the projection overflowed
+            return self._by_the_reference(query, key, value, mask, key_padding_mask, causal)
+        return out.astype(np.result_type(query, self.W_QKV), copy=False)
+
+    def _by_the_reference(self, query, key, value, mask, key_padding_mask, causal):
+        """The readable ``MultiHeadAttention`` (``causal`` as a mask): where scores or sums could
+        overflow, it gives the answer or its clear refusal, never a silent NaN."""
+        if causal:
+            allowed = np.tril(np.ones((query.shape[-2], key.shape[-2]), dtype=bool))   # (n_q, n_k), j <= i
+            if mask is None or np.asarray(mask).dtype == bool:
+                mask = allowed if mask is None else np.asarray(mask) & allowed
+            else:
+                mask = np.where(allowed, mask, -np.inf)
+        out = self.mha(query, key, value, mask=mask, key_padding_mask=key_padding_mask)[0]
         return out.astype(np.result_type(query, self.W_QKV), copy=False)
