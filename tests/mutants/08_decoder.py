@@ -290,6 +290,14 @@ def sample_next_token(logits, *, rng, temperature=1.0, top_k=None, top_p=None):
     probs = sampling_probabilities(logits, temperature=temperature, top_k=top_k, top_p=top_p)
     return int(np.argmax(probs * rng.random(probs.shape)))
 '''},
+    "inverse CDF over the sorted probabilities, returning the rank instead of the token": {"sample_next_token": '''
+def sample_next_token(logits, *, rng, temperature=1.0, top_k=None, top_p=None):
+    probs = sampling_probabilities(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    if temperature == 0:
+        return int(np.argmax(probs))
+    running = np.cumsum(np.sort(probs)[::-1])
+    return min(int(np.searchsorted(running, rng.random(), side="right")), int((probs > 0).sum()) - 1)
+'''},
     "always the most likely token": {"sample_next_token": '''
 def sample_next_token(logits, *, rng, temperature=1.0, top_k=None, top_p=None):
     probs = sampling_probabilities(logits, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -333,6 +341,13 @@ def sample_next_token(logits, *, rng, temperature=1.0, top_k=None, top_p=None):
 
 # Correct implementations written differently: the hidden tests must accept them.
 ALTERNATIVES = {
+    "a draw with rng.choice (NumPy's own inverse CDF) instead of one rng.random() by hand": {"sample_next_token": '''
+def sample_next_token(logits, *, rng, temperature=1.0, top_k=None, top_p=None):
+    probs = sampling_probabilities(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    if temperature == 0:
+        return int(np.argmax(probs))
+    return int(rng.choice(probs.shape[-1], p=probs))
+'''},
     "top-p by searchsorted on the left (the first index whose running sum reaches p)": {
         "sampling_probabilities": _SAMPLING_HEAD + _SOFTMAX_T + _TOP_K + _SEARCHSORTED.format(side="left")},
     "top-p by counting the running sums below p (an inclusive cumulative sum)": {
