@@ -102,6 +102,14 @@ def test_assert_close_tolerance_exceeded_names_the_index():
         assert_close(actual, expected, "res", quiet=True)
 
 
+def test_assert_close_against_an_expected_zero_reports_the_absolute_error():
+    # A relative error against 0 is 1 whatever came (issue 28): the message gives the absolute error instead.
+    with pytest.raises(AssertionError, match=r"H: expected 0 at index \(1,\), got 0\.003: absolute error 3\.00e-03 "
+                                             r"exceeds 1e-14 \(the tolerance near 0\)"):
+        assert_close(np.array([1.0, 3e-3]), np.array([1.0, 0.0]), "H", quiet=True)
+    assert_close(np.array([1.0, 1e-15]), np.array([1.0, 0.0]), quiet=True)     # within tol * 1e-8: passes
+
+
 def test_assert_close_tol_is_respected():
     assert_close([1.0], [1.001], tol=1e-3, quiet=True)           # error 0.001 / 2.001 < 1e-3: passes
     with pytest.raises(AssertionError, match=r"exceeds 1e-04"):

@@ -25,8 +25,11 @@ class TransformerEncoderBlock:
         d_ff: feed-forward hidden width; default ``4 * d_model``.
         rng: ``numpy.random.Generator`` for the initial weights.
         norm_first: False = post-LN (the paper, PyTorch's default); True = pre-LN.
-        activation: ``"relu"`` or ``"gelu"``.
+        activation: ``"relu"`` (the paper) or ``"gelu"``, the exact GELU
+            ``0.5 x (1 + erf(x / sqrt 2))`` (BERT's ``"hidden_act": "gelu"``), not the tanh
+            approximation (which differs from it by up to 4.7e-4). There is no tanh option.
         eps: layer-norm epsilon.
+        dtype: floating dtype of the weights and of the computation (default float64).
 
     Attributes:
         attention (:class:`MultiHeadAttention`), feed_forward

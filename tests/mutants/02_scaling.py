@@ -31,6 +31,28 @@ def attention_entropy(weights):
     p = np.asarray(weights, dtype=float)
     return -np.sum(p * np.log(np.clip(p, 1e-12, 1.0)), axis=-1)
 '''},
+    "entropy with a +1e-300 fudge inside the log": {"attention_entropy": '''
+def attention_entropy(weights):
+    p = np.asarray(weights, dtype=float)
+    return -np.sum(p * np.log(p + 1e-300), axis=-1)
+'''},
+    "entropy with probabilities clipped to 1e-300": {"attention_entropy": '''
+def attention_entropy(weights):
+    p = np.asarray(weights, dtype=float)
+    return -np.sum(p * np.log(np.maximum(p, 1e-300)), axis=-1)
+'''},
+    "entropy with nansum (0 ln 0 = nan dropped, and with it any nan from upstream)": {"attention_entropy": '''
+def attention_entropy(weights):
+    p = np.asarray(weights, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.nansum(p * np.log(p), axis=-1)
+'''},
+    "entropy as np.where(p > 0, p ln p, 0) (a nan weight becomes 0)": {"attention_entropy": '''
+def attention_entropy(weights):
+    p = np.asarray(weights, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.sum(np.where(p > 0, p * np.log(p), 0.0), axis=-1)
+'''},
     "entropy with the wrong sign": {"attention_entropy": '''
 def attention_entropy(weights):
     p = np.asarray(weights, dtype=float)

@@ -61,12 +61,42 @@ def _entropy_masked_inputs(rng):
     return {"weights": w[0]}                                    # (rows, keys): 2-D, as the docstring allows
 
 
+def _entropy_tiny_inputs(rng):
+    """(rows, keys): each row one weight 1 and a few weights within one decade, 1e-307 to 1e-290.
+
+    A fudge c inside or under the logarithm (+1e-300, a clip at 1e-300) is wrong by a factor of order
+    ln 2 / |ln t| ~ 1e-3 on the rows whose small weights t are within a few decades of c; the rows at
+    1e-307 and at 1e-300 are always there. The hidden test divides H by each row's largest small weight,
+    so the check is relative at every scale (assert_close's floor of 1e-8 would let 1e-298 pass as 0).
+    """
+    m, n = int(rng.integers(6, 10)), int(rng.integers(4, 8))
+    decades = np.concatenate([[-307, -300], rng.integers(-306, -290, m - 2)])
+    w = np.zeros((m, n))
+    for r, decade in enumerate(decades):
+        small = 10.0 ** (decade + rng.uniform(0, 1, n))
+        small[rng.random(n) < 0.25] = 0.0                 # exact zeros among them
+        small[int(rng.integers(0, n))] = 10.0 ** (decade + 0.5)   # at least one small weight
+        top = int(rng.integers(0, n))
+        small[top] = 1.0                                   # 1 + any of them rounds to 1: rows sum to 1
+        w[r] = small
+    return {"weights": w}
+
+
+def _entropy_tiny_ref(weights):
+    w = np.asarray(weights, dtype=np.float64)
+    small = np.where(w < 0.5, w, 0.0).max(axis=-1)
+    return _entropy_ref(w) / small
+
+
 CASES["scaling.attention_entropy"] = Case(
     _entropy_inputs, _entropy_ref, ("entropy",),
     description="(batch, rows, keys) distributions incl. a saturated and a one-hot row; nats, last axis")
 CASES["scaling.attention_entropy_masked"] = Case(
     _entropy_masked_inputs, _entropy_ref, ("entropy",),
     description="(rows, keys) with exact zeros (masked keys): 0 ln 0 = 0, no nan")
+CASES["scaling.attention_entropy_tiny"] = Case(
+    _entropy_tiny_inputs, _entropy_tiny_ref, ("entropy_over_largest_small_weight",),
+    description="(rows, keys) with weights 1e-307 to 1e-290: no constant added to or clipped under the log")
 
 
 def _jacobian_inputs(rng):
@@ -91,7 +121,8 @@ CASES["scaling.softmax_jacobian_saturated"] = Case(
 
 # What each exercise's docstring promises, checked by tests/test_hidden_case_coverage.py.
 COVERAGE = {
-    "attention_entropy": {"cases": ("scaling.attention_entropy", "scaling.attention_entropy_masked"),
+    "attention_entropy": {"cases": ("scaling.attention_entropy", "scaling.attention_entropy_masked",
+                                    "scaling.attention_entropy_tiny"),
                           "requires": {"rank2", "rank3", "saturated"}},
     "softmax_jacobian": {"cases": ("scaling.softmax_jacobian", "scaling.softmax_jacobian_saturated"),
                          "requires": {"rank2", "rank3", "saturated"}},
