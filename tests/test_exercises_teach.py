@@ -37,6 +37,7 @@ KNOWN_FAILING = {
     "numbered_cases_asserted": set(),
     "headings_state_task": set(),
     "no_leaked_written_answer": {"04_positional_encoding"},
+    "no_package_twin_in_tests": {"09_llm"},
     "no_leaked_solution_line": {"03_multihead"},
 }
 # Suggested snippets that fail when run after the notebook (tests/test_pipeline.py reads this too).
@@ -181,3 +182,16 @@ def test_leaked_solution_line_is_found_outside_collapsed_hints():
     assert checks.leaked_solution_lines("nb", hinted, theory="q = K.T @ np.linalg.solve(K @ K.T, target)")
     # Converting an argument or pointing to an API is no leak.
     assert checks.distinctive_lines("x = np.asarray(x, dtype=float)\nreturn layer_norm(x, gamma, beta, eps)") == []
+
+
+def test_package_twin_in_a_visible_test_is_found_and_other_package_calls_are_not():
+    sol = solution("def softmax(x):\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION\n", "softmax")
+    twin = nb_of(code("import transformer_course as tc\nfrom transformer_course import llama as course_llama"), sol,
+                 test_cell("assert_close(softmax(x), tc.softmax(x), 'softmax vs the package')"),
+                 test_cell("assert_close(softmax(x), course_llama.softmax(x), 'vs llama')", "t2"))
+    found = checks.twin_in_visible_tests("nb", twin)
+    assert len(found) == 2 and "`tc.softmax`" in found[1] + found[0], found
+    fine = nb_of(code("import transformer_course as tc"), sol,
+                 test_cell("block = tc.Block()\nassert_close(softmax(x), tc.layer_norm(x), 'another function')\n"
+                           "y = block.softmax(x)\n### BEGIN HIDDEN TESTS\nassert tc.softmax(x) is not None\n### END HIDDEN TESTS\n"))
+    assert checks.twin_in_visible_tests("nb", fine) == [], "a method of an object, another function or a hidden test"

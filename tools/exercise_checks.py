@@ -417,6 +417,59 @@ def leaked_solution_lines(name: str, nb, theory: str | None = None) -> list[str]
     return found
 
 
+# ----------------------------------------------------------------------------------- 7. no package twin in tests
+def asked_names(nb) -> set[str]:
+    """The functions and classes the notebook's solution cells define: what the student writes."""
+    names = set()
+    for cell in nb.cells:
+        if is_solution_code(cell):
+            try:
+                tree = ast.parse(python_source(cell.source))
+            except SyntaxError:
+                continue
+            names |= {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    return names
+
+
+def package_module_names(tree) -> set[str]:
+    """Names a cell binds to the course package or one of its modules (`import transformer_course as tc`,
+    `from transformer_course import quantization`, `from transformer_course import llama as course_llama`)."""
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.startswith("transformer_course")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer_course"):
+            bound |= {a.asname or a.name for a in node.names}
+    return bound
+
+
+def twin_in_visible_tests(name: str, nb) -> list[str]:
+    """A visible test must not compare the student's function with the package's function of the same name:
+    returning the package's answer would pass it and Validate, and while grading that function is disabled."""
+    asked = asked_names(nb)
+    modules = {"tc", "transformer_course"}
+    for cell in nb.cells:                      # modules bound anywhere above count (cells share a namespace)
+        if cell.cell_type == "code":
+            try:
+                modules |= package_module_names(ast.parse(python_source(cell.source)))
+            except SyntaxError:
+                pass
+    found = []
+    for i, cell in enumerate(nb.cells):
+        if not is_test_cell(cell):
+            continue
+        try:
+            tree = ast.parse(python_source(visible(cell)))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr in asked
+                    and isinstance(node.value, (ast.Name, ast.Attribute)) and ast.unparse(node.value).split(".")[0] in modules):
+                found.append(f"{label(name, i, cell)}: the visible test calls the package's `{ast.unparse(node)}`, "
+                             f"the twin of the asked `{node.attr}`; check against an independent reference or a property")
+    return sorted(set(found))
+
+
 # ----------------------------------------------------------------------------------- the report
 CHECKS = {
     "bare_assert_in_tests": lambda name, nb: bare_asserts(name, nb, tests_only=True),
@@ -425,6 +478,7 @@ CHECKS = {
     "headings_state_task": headings_without_task,
     "no_leaked_written_answer": leaked_written_answers,
     "no_leaked_solution_line": leaked_solution_lines,
+    "no_package_twin_in_tests": twin_in_visible_tests,
 }
 
 
