@@ -384,11 +384,13 @@ def hub_env(state: Path, port: int, venv: Path, roles: Path, chp: Path, extra: d
     grader_python = os.environ.get("TC_GRADER_PYTHON") or (
         str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists()
         else str(venv / "bin" / "python"))
-    env = {"PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(state),
+    env = {"PATH": f"{venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+           "HOME": str(state),
            "TC_HUB_ROSTER": str(state / "roster.json"), "TC_HUB_VENV": str(venv), "TC_HUB_ROLES": str(roles),
            "TC_HUB_CHP": str(chp), "TC_HUB_PORT": str(port), "TC_GRADER_PYTHON": grader_python}
     for name in ("TC_HUB_MEMORY_MB", "TC_HUB_PROCESSES", "TC_HUB_CPU_SHARE", "TC_HUB_CULL_TIMEOUT",
-                 "TC_HUB_CULL_EVERY", "TC_HUB_SPAWN_LIMIT", "COURSE_GRADING_SEED", "TC_GRADER_CELL_TIMEOUT"):
+                 "TC_HUB_CULL_EVERY", "TC_HUB_SPAWN_LIMIT", "COURSE_GRADING_SEED", "TC_GRADER_CELL_TIMEOUT",
+                 "TC_HUB_AUTH_CONFIG"):
         if name in os.environ:
             env[name] = os.environ[name]
     return {**env, **(extra or {})}

@@ -160,3 +160,8 @@ def role_environment(spawner):
 
 
 c.Spawner.pre_spawn_hook = role_environment
+
+# ------------------------------------------------------------------ another login (LMS, IdP)
+# TC_HUB_AUTH_CONFIG=hub/auth/lti13.py or hub/auth/oauth.py (templates: fill in, install the package).
+if os.environ.get("TC_HUB_AUTH_CONFIG"):
+    load_subconfig(os.environ["TC_HUB_AUTH_CONFIG"])  # noqa: F821
