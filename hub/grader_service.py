@@ -69,20 +69,24 @@ def grade(instructor: str, assignment: str, student: str | None = None) -> dict:
     if student:
         cmd += ["--student", student]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+    steps = {"grade": round(time.monotonic() - t0, 1)}
     log = done.stdout[-4000:] + done.stderr[-4000:]
     if done.returncode != 0:
         hubctl.give(grades, entry)
         return {"success": False, "error": f"the grader failed (exit {done.returncode})", "log": log}
     released = hubctl.deliver_feedback(course, grades, assignment, VENV)
+    steps["feedback"] = round(time.monotonic() - t0 - sum(steps.values()), 1)
     pushed = subprocess.run([PYTHON, "-m", "grader", "--course", str(ROOT), "formgrader", "--grades", str(grades),
                              "--db-url", f"sqlite:///{course / 'gradebook.db'}", "--course-id", ROSTER["course_id"],
                              "--autograded", str(course / "autograded")],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    steps["formgrader"] = round(time.monotonic() - t0 - sum(steps.values()), 1)
     hubctl.give(grades, entry)
     hubctl.give(course, entry)
     rows = [r for r in csv.DictReader(open(grades / "grades.csv", encoding="utf-8"))
             if not student or r.get("student") == student]
-    return {"success": pushed.returncode == 0, "assignment": assignment, "seconds": round(time.monotonic() - t0, 1),
+    return {"success": pushed.returncode == 0, "assignment": assignment,
+            "seconds": round(time.monotonic() - t0, 1), "steps": steps,
             "grades": rows, "feedback_released_to": released,
             "log": log + (pushed.stdout[-2000:] + pushed.stderr[-2000:] if pushed.returncode else ""),
             **({} if pushed.returncode == 0 else {"error": "the Formgrader push failed"})}

@@ -292,6 +292,16 @@ def test_hub_loop_in_browser(hub_class):
             assert str(maths["version"]).startswith("3") and maths["typeset"] > 0 and maths["errors"] == 0, maths
             timer.mark(f"Formgrader page of {a}'s submission: {maths['typeset']} formulas typeset offline")
 
+            # Formgrader's own Autograde (its API, as its button calls it) goes to the sandboxed grader service.
+            auto = ipage.evaluate(
+                """async (url) => { const x = decodeURIComponent(document.cookie.match(/_xsrf=([^;]+)/)[1]);
+                   const r = await fetch(url, {method: 'POST', headers: {'X-XSRFToken': x}});
+                   return {status: r.status, body: await r.json()}; }""",
+                f"/user/{instructor}/formgrader/api/submission/{ASSIGNMENT}/{a}/autograde")
+            assert auto["status"] == 200 and auto["body"]["success"], auto
+            assert grades.stat().st_uid == pwd.getpwnam(instructor).pw_uid
+            timer.mark("Formgrader's Autograde routed to the sandboxed grader service")
+
             # ---- 4. each student sees their own feedback and nobody else's
             for student, other in ((a, b), (b, a)):
                 ctx, page = students[student]
@@ -306,14 +316,20 @@ def test_hub_loop_in_browser(hub_class):
                     deadline = time.monotonic() + 60
                     while not list(home.glob(f"{name}/feedback/*/*.html")) and time.monotonic() < deadline:
                         time.sleep(0.5)
+                    # byte-identical to the page the grader service released (grading a later assignment
+                    # rewrites grades/feedback/ with the running totals; the released copy is in ~/course/feedback)
                     pages = sorted(home.glob(f"{name}/feedback/*/*.html"))
                     assert [p.read_bytes() for p in pages] == [
-                        (grades / "feedback" / student / f"{name}.html").read_bytes()], (student, name)
+                        (course / "feedback" / student / name / f"{name}.html").read_bytes()], (student, name)
+                    assert f"feedback for {student}" in pages[0].read_text(encoding="utf-8")
                 submitted.locator(".list_item", has_text=ASSIGNMENT).get_by_text("(view feedback)").first.click()
                 page.locator(".jp-DirListing-item", has_text=f"{ASSIGNMENT}.html").dblclick()
                 viewer = page.frame_locator(".jp-HTMLViewer iframe, iframe[sandbox]").last
                 viewer.locator("body").wait_for()
-                text = viewer.locator("body").inner_text()
+                deadline, text = time.monotonic() + 60, ""
+                while student not in text and time.monotonic() < deadline:   # the viewer fills its frame late
+                    text = viewer.locator("body").inner_text()
+                    time.sleep(0.5)
                 assert student in text and other not in text, text[:1500]
                 timer.mark(f"{student}: own feedback fetched and opened, {other}'s absent")
 
