@@ -157,9 +157,18 @@ def login(browser, hub, user: str, password: str, external: list):
 
 
 def nbgrader_menu(page) -> list[str]:
-    page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
+    """Open the Nbgrader menu (again if a click under load only closed it) and list its items."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     items = page.locator(".lm-Menu-content .lm-Menu-item:not(.lm-mod-hidden) .lm-Menu-itemLabel")
-    items.first.wait_for()
+    for attempt in range(3):
+        if page.locator(".lm-Menu-content").count() == 0:
+            page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
+        try:
+            items.first.wait_for(timeout=20_000 if attempt < 2 else TIMEOUT_MS)
+            break
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
     return [t for t in items.all_inner_texts() if t.strip()]
 
 

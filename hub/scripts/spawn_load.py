@@ -68,15 +68,22 @@ def one_student(url: str, user: str, password: str, kernel: bool, timeout: float
                allow_redirects=False, timeout=120)
     if r.status_code != 302:
         return {"user": user, "error": f"login {r.status_code}"}
-    s.get(f"{url}/hub/spawn/{user}", allow_redirects=False, timeout=120)
+    refused = 0
+    r = s.get(f"{url}/hub/spawn/{user}", allow_redirects=False, timeout=120)
+    refused += r.status_code == 429          # over concurrent_spawn_limit: "try again", as a browser's user would
     while time.monotonic() - t0 < timeout:
         m = s.get(f"{url}/hub/api/user", headers={"Referer": f"{url}/hub/"}, timeout=60).json()
-        if m.get("servers", {}).get("", {}).get("ready"):
+        server = m.get("servers", {}).get("")
+        if server and server.get("ready"):
             break
+        if not server:
+            time.sleep(2)
+            r = s.get(f"{url}/hub/spawn/{user}", allow_redirects=False, timeout=120)
+            refused += r.status_code == 429
         time.sleep(0.5)
     else:
         return {"user": user, "error": f"not ready in {timeout} s"}
-    out = {"user": user, "ready_s": time.monotonic() - t0}
+    out = {"user": user, "ready_s": time.monotonic() - t0, "refused_429": refused}
     if kernel:
         s.get(f"{url}/user/{user}/lab", timeout=120)
         xsrf = s.cookies.get("_xsrf", path=f"/user/{user}/")
@@ -118,7 +125,8 @@ def main(argv=None) -> int:
         result["errors"] = [d for d in done if "error" in d]
         result["ready_s"] = {"min": round(ready[0], 1), "median": round(statistics.median(ready), 1),
                              "max": round(ready[-1], 1), "n": len(ready)} if ready else {}
-        time.sleep(5)
+        result["spawn_requests_refused_429"] = sum(d.get("refused_429", 0) for d in done)
+        time.sleep(15 if args.kernel else 5)
         mem = [limits.usage(u).get("memory", 0) for u in cls.students]
         result["memory_mb_per_server" + ("_with_kernel" if args.kernel else "")] = {
             "median": round(statistics.median(mem) / 2**20), "max": round(max(mem) / 2**20),
