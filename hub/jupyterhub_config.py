@@ -124,7 +124,8 @@ c.JupyterHub.spawner_class = CourseSpawner
 c.Spawner.cmd = [f"{VENV}/bin/jupyterhub-singleuser"]
 c.Spawner.default_url = "/lab"
 c.Spawner.notebook_dir = "~"
-# Sized from hub/scripts/spawn_load.py (hub/README.md): 30 servers at once on 2 cores.
+# Sized from hub/scripts/spawn_load.py (hub/README.md): with 10 at once on 2 cores (load 13-18) the
+# first servers were ready after 87 s and all 30 in 253 s; 300 s is over three times one spawn.
 c.JupyterHub.concurrent_spawn_limit = int(os.environ.get("TC_HUB_SPAWN_LIMIT", "10"))
 c.Spawner.start_timeout = 300
 c.Spawner.http_timeout = 300

@@ -1,12 +1,16 @@
 # The class on a server (hub/README.md): JupyterHub 6.1.1 with nbgrader's exchange, and grading
 # on a Dask cluster. Included by the top-level Makefile, which defines PY, PIP, VENV and `env`.
 #
-#   make hub            a trial hub on http://127.0.0.1:$(HUB_PORT)/ (one instructor, two students;
-#                       Ctrl+C stops it and removes the trial users and the exchange)
+#   make hub            a trial hub on http://127.0.0.1:$(HUB_PORT)/ (one instructor, two students,
+#                       each with their own password; Ctrl+C stops it and removes users, exchange, state)
+#   make hub-setup      a class as a service: HUB_INSTRUCTOR and one user per CLASSLIST id (state in
+#   make hub-start      $(HUB_STATE)); start detached, stop (HUB_PURGE=1 also removes users, exchange,
+#   make hub-stop       state); `make students` then adds hub users too; hub/tc-hub.service for systemd
+#   make hub-spawn-load 30 simultaneous spawns measured (not in make test)
 #   make hub-env        the hub's own venv in $(HUB_VENV) (Debian's python3: hub users must run it)
 #   make hub-proxy      configurable-http-proxy 5.3.0 from npm into hub/node_modules (npm ci)
 #   make hub-image      the single-user image for Zero to JupyterHub (repo2docker + Docker; hub/values.yaml)
-#   make hub-test       the browser test of the whole loop (tests/test_hub_browser.py) and the
+#   make hub-test       the browser test of the whole loop (tests/test_hub_browser.py), the service test and the
 #                       Dask grading test (tests/test_grader_dask.py)
 #
 # The hub creates system users and starts their servers: it runs as root, through sudo when make

@@ -37,7 +37,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -69,27 +68,7 @@ browser_loop = pytest.mark.skipif(os.environ.get("TC_HUB_BROWSER") != "1",
                                   reason="the browser loop runs under `make hub-test` (TC_HUB_BROWSER=1)")
 
 
-def free_port_block(n: int = 4) -> int:
-    """A port p with p .. p+n-1 free on 127.0.0.1 (the hub, its API, the proxy's API)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n >= 65535:
-            continue
-        try:
-            socks = []
-            for k in range(n):
-                t = socket.socket()
-                socks.append(t)
-                t.bind(("127.0.0.1", base + k))
-            return base
-        except OSError:
-            continue
-        finally:
-            for t in socks:
-                t.close()
-    raise RuntimeError("no block of free ports")
+free_port_block = hubctl.free_port_block
 
 
 class Timer:

@@ -48,28 +48,7 @@ MEMORY_MB, PROCESSES = 700, 150
 pytestmark = pytest.mark.slow
 
 
-def free_port_block(n: int = 4) -> int:
-    import socket
-
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n >= 65535:
-            continue
-        socks = []
-        try:
-            for k in range(n):
-                t = socket.socket()
-                socks.append(t)
-                t.bind(("127.0.0.1", base + k))
-            return base
-        except OSError:
-            continue
-        finally:
-            for t in socks:
-                t.close()
-    raise RuntimeError("no block of free ports")
+free_port_block = hubctl.free_port_block
 
 
 @pytest.fixture(scope="module")

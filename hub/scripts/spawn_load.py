@@ -18,7 +18,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -31,24 +30,7 @@ import hubctl  # noqa: E402
 import limits  # noqa: E402
 
 
-def free_port_block(n: int = 4) -> int:
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        socks = []
-        try:
-            for k in range(n):
-                t = socket.socket()
-                socks.append(t)
-                t.bind(("127.0.0.1", base + k))
-            return base
-        except OSError:
-            continue
-        finally:
-            for t in socks:
-                t.close()
-    raise RuntimeError("no block of free ports")
+free_port_block = hubctl.free_port_block
 
 
 def mem_available() -> int:
