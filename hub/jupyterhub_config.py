@@ -7,11 +7,15 @@ state folder) with these settings in its environment:
     TC_HUB_VENV        the hub's venv (make hub-env; default /opt/transformer-course-hub)
     TC_HUB_ROLES       root-owned copy of hub/roles/ (hubctl.py install_roles)
     TC_HUB_CHP         configurable-http-proxy (make hub-proxy: hub/node_modules/.bin/...)
-    TC_HUB_PORT        the public port on 127.0.0.1 (the hub's API and the proxy's use the next two)
-    TC_HUB_PASSWORD    the shared password of the trial (>= 8 characters)
+    TC_HUB_PORT        the public port on 127.0.0.1 (the hub's API, the proxy's and the grader
+                       service use the next three)
+    TC_GRADER_PYTHON   the Python that runs `python -m grader` (the project's .venv)
+    TC_HUB_MEMORY_MB, TC_HUB_PROCESSES, TC_HUB_CPU_SHARE   limits per student (hub/limits.py)
+    TC_HUB_CULL_TIMEOUT, TC_HUB_CULL_EVERY, TC_HUB_SPAWN_LIMIT   idle culling, concurrent spawns
 
-Every hub user is a system user (created by hubctl.py); the local process spawner starts
-`jupyterhub-singleuser` from the hub's venv as that user in their home. The spawner puts
+Every hub user is a system user (created by hubctl.py from the class list) who logs in with
+their own password (PAM); the spawner starts `jupyterhub-singleuser` from the hub's venv as that
+user in their home, inside their cgroup (memory, processes, CPU share: hub/limits.py). The spawner puts
 the user's role folder on JUPYTER_CONFIG_PATH (students: Assignment List and Validate only;
 the instructor: Formgrader and Create Assignment; hub/roles/), so nbgrader's course id and
 exchange come from there. For production (The Littlest JupyterHub, Zero to JupyterHub on
@@ -21,10 +25,20 @@ Kubernetes) see hub/README.md and hub/values.yaml.
 import json
 import os
 import pwd
+import shutil
+import sys
+
+from jupyterhub.auth import PAMAuthenticator
+from jupyterhub.spawner import LocalProcessSpawner
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import limits  # noqa: E402
 
 c = get_config()  # noqa: F821  (provided by traitlets)
 
-ROSTER = json.loads(open(os.environ["TC_HUB_ROSTER"], encoding="utf-8").read())
+ROSTER_FILE = os.environ["TC_HUB_ROSTER"]
+ROSTER = json.loads(open(ROSTER_FILE, encoding="utf-8").read())
 VENV = os.environ.get("TC_HUB_VENV", "/opt/transformer-course-hub")
 ROLES = os.environ["TC_HUB_ROLES"]
 PORT = int(os.environ.get("TC_HUB_PORT", "8000"))
@@ -43,27 +57,95 @@ c.JupyterHub.cleanup_servers = True            # stopping the hub stops every us
 c.JupyterHub.cleanup_proxy = True
 
 # ------------------------------------------------------------------ who may log in
-# A trial on one machine: one shared password (JupyterHub's SharedPasswordAuthenticator).
-# Production: the institution's login (OAuth / LTI / LDAP), see hub/README.md.
-c.JupyterHub.authenticator_class = "shared-password"
-c.SharedPasswordAuthenticator.user_password = os.environ["TC_HUB_PASSWORD"]
+# One identity per person: each hub user is a system user with their own password, checked by
+# PAM (the host's /etc/pam.d/login stack: pam_unix here; LDAP/Kerberos/SSSD where the host has
+# them). The roster is read again at every login: `hubctl.py users` (make students) adds
+# students to a running hub. For an LMS (LTI 1.3) or an IdP (OAuth/OIDC): hub/auth/.
+
+
+class CourseAuthenticator(PAMAuthenticator):
+    open_sessions = False          # no PAM session per server (no utmp/loginuid in a container)
+
+    def check_allowed(self, username, authentication=None):
+        roster = json.loads(open(ROSTER_FILE, encoding="utf-8").read())
+        return username in set(roster["instructors"]) | set(roster["students"])
+
+
+c.JupyterHub.authenticator_class = CourseAuthenticator
 c.Authenticator.allowed_users = INSTRUCTORS | STUDENTS
 c.Authenticator.admin_users = set()            # nobody can open another user's server
+c.PAMAuthenticator.service = "login"
+
+# ------------------------------------------------------------------ services: the grader, the idle culler
+GRADER_PORT = PORT + 3
+c.JupyterHub.services = [
+    {   # the course's sandboxed grader, as root (hub/grader_service.py); instructors only
+        "name": "grader",
+        "url": f"http://127.0.0.1:{GRADER_PORT}",
+        "command": [sys.executable, os.path.join(HERE, "grader_service.py")],
+        "oauth_no_confirm": True,
+        "environment": {k: os.environ[k] for k in (
+            "TC_HUB_ROSTER", "TC_HUB_VENV", "TC_GRADER_PYTHON", "PATH", "LANG", "COURSE_GRADING_SEED",
+            "TC_GRADER_CELL_TIMEOUT") if k in os.environ},
+    },
+    {   # stops servers idle for TC_HUB_CULL_TIMEOUT seconds (default an hour); homes stay
+        "name": "idle-culler",
+        "command": [sys.executable, "-m", "jupyterhub_idle_culler",
+                    f"--timeout={os.environ.get('TC_HUB_CULL_TIMEOUT', '3600')}",
+                    f"--cull-every={os.environ.get('TC_HUB_CULL_EVERY', '300')}"],
+    },
+]
+c.JupyterHub.load_roles = [
+    {"name": "idle-culler", "services": ["idle-culler"],
+     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]},
+    {"name": "course-grader", "users": sorted(INSTRUCTORS), "scopes": ["access:services!service=grader"]},
+]
 
 # ------------------------------------------------------------------ each user's server
-c.JupyterHub.spawner_class = "localprocess"
+LIMITS = limits.Limits.from_env()
+LIMIT_MODE = limits.mode()
+
+
+class CourseSpawner(LocalProcessSpawner):
+    """The local process spawner, with the user's server put into their cgroup before it drops root."""
+
+    def make_preexec_fn(self, name):
+        inner = super().make_preexec_fn(name)
+        dirs = limits.create(name, LIMITS, LIMIT_MODE)
+
+        def preexec():
+            limits.enter(dirs, LIMITS)
+            inner()
+
+        return preexec
+
+
+c.JupyterHub.spawner_class = CourseSpawner
 c.Spawner.cmd = [f"{VENV}/bin/jupyterhub-singleuser"]
 c.Spawner.default_url = "/lab"
 c.Spawner.notebook_dir = "~"
-c.Spawner.start_timeout = 120
-c.Spawner.http_timeout = 120
+# Sized from hub/scripts/spawn_load.py (hub/README.md): with 10 at once on 2 cores (load 13-18) the
+# first servers were ready after 87 s and all 30 in 253 s; 300 s is over three times one spawn.
+c.JupyterHub.concurrent_spawn_limit = int(os.environ.get("TC_HUB_SPAWN_LIMIT", "10"))
+c.Spawner.start_timeout = 300
+c.Spawner.http_timeout = 300
+# The server's own hub token may reach the grader service (Formgrader's Autograde routed there);
+# the hub gives a token only the scopes its owner holds: students' tokens never get it.
+c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", "access:services!service=grader"]
 
 
 def role_environment(spawner):
     """The server's environment: the role's configuration folder, the course and its exchange."""
     name = spawner.user.name
     role = "instructor" if name in INSTRUCTORS else "student"
-    home = pwd.getpwnam(name).pw_dir
+    entry = pwd.getpwnam(name)
+    home = entry.pw_dir
+    # theory.md beside the fetched assignments: the notebooks link ../theory.md
+    theory = os.path.join(home, "theory.md")
+    source = os.path.join(os.path.dirname(HERE), "exercises", "theory.md")
+    if os.path.exists(source) and not os.path.lexists(theory):
+        shutil.copyfile(source, theory)
+        os.chown(theory, entry.pw_uid, entry.pw_gid)
     spawner.environment = dict(
         spawner.environment,
         # Searched after ~/.jupyter and before the venv's etc/jupyter: the role's extensions and
@@ -74,7 +156,13 @@ def role_environment(spawner):
         TC_EXCHANGE=ROSTER["exchange"],
         PATH=f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
         OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+        **({"TC_GRADER_URL": f"http://127.0.0.1:{GRADER_PORT}/services/grader/"} if role == "instructor" else {}),
     )
 
 
 c.Spawner.pre_spawn_hook = role_environment
+
+# ------------------------------------------------------------------ another login (LMS, IdP)
+# TC_HUB_AUTH_CONFIG=hub/auth/lti13.py or hub/auth/oauth.py (templates: fill in, install the package).
+if os.environ.get("TC_HUB_AUTH_CONFIG"):
+    load_subconfig(os.environ["TC_HUB_AUTH_CONFIG"])  # noqa: F821

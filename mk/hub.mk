@@ -1,12 +1,16 @@
 # The class on a server (hub/README.md): JupyterHub 6.1.1 with nbgrader's exchange, and grading
 # on a Dask cluster. Included by the top-level Makefile, which defines PY, PIP, VENV and `env`.
 #
-#   make hub            a trial hub on http://127.0.0.1:$(HUB_PORT)/ (one instructor, two students;
-#                       Ctrl+C stops it and removes the trial users and the exchange)
+#   make hub            a trial hub on http://127.0.0.1:$(HUB_PORT)/ (one instructor, two students,
+#                       each with their own password; Ctrl+C stops it and removes users, exchange, state)
+#   make hub-setup      a class as a service: HUB_INSTRUCTOR and one user per CLASSLIST id (state in
+#   make hub-start      $(HUB_STATE)); start detached, stop (HUB_PURGE=1 also removes users, exchange,
+#   make hub-stop       state); `make students` then adds hub users too; hub/tc-hub.service for systemd
+#   make hub-spawn-load 30 simultaneous spawns measured (not in make test)
 #   make hub-env        the hub's own venv in $(HUB_VENV) (Debian's python3: hub users must run it)
 #   make hub-proxy      configurable-http-proxy 5.3.0 from npm into hub/node_modules (npm ci)
 #   make hub-image      the single-user image for Zero to JupyterHub (repo2docker + Docker; hub/values.yaml)
-#   make hub-test       the browser test of the whole loop (tests/test_hub_browser.py) and the
+#   make hub-test       the browser test of the whole loop (tests/test_hub_browser.py), the service test and the
 #                       Dask grading test (tests/test_grader_dask.py)
 #
 # The hub creates system users and starts their servers: it runs as root, through sudo when make
@@ -58,8 +62,24 @@ $(VENV)/.hub-installed: requirements/hub.txt $(VENV)/.core-installed
 	$(PIP) install -r requirements/hub.txt
 	@touch $@
 
-hub-test: test-env $(VENV)/.hub-installed hub-env hub-proxy browser-deps ## browser test of the hub loop + Dask grading test
-	$(PY) -m pytest tests/test_hub_browser.py tests/test_grader_dask.py -p no:cacheprovider --timeout=900 -v --durations=0
+hub-test: test-env $(VENV)/.hub-installed hub-env hub-proxy browser-deps ## browser test of the whole hub loop (two notebooks) + the service test + Dask grading test
+	TC_HUB_BROWSER=1 $(PY) -m pytest tests/test_hub_browser.py tests/test_hub_service.py tests/test_grader_dask.py -p no:cacheprovider --timeout=1800 -v --durations=0 -s
+
+# 30 (HUB_SPAWNS) servers started at once on 127.0.0.1: time and memory (hub/README.md). Not in make test.
+HUB_SPAWNS ?= 30
+hub-spawn-load: test-env $(VENV)/.hub-installed hub-env hub-proxy ## measure HUB_SPAWNS simultaneous spawns (time, memory)
+	$(PY) hub/scripts/spawn_load.py --users $(HUB_SPAWNS)
+
+# The class as a service (hub/README.md, "A class on a server"): state in HUB_STATE, users from CLASSLIST.
+HUB_STATE ?= /var/lib/tc-hub
+HUB_INSTRUCTOR ?= instructor
+HUBCTL = $(HUB_SUDO) $(HUB_VENV)/bin/python hub/hubctl.py
+hub-setup: hub-env hub-proxy ## the hub's class: HUB_INSTRUCTOR and one user per CLASSLIST id, course, exchange
+	$(HUBCTL) setup --state $(HUB_STATE) --classlist $(CLASSLIST) --instructor $(HUB_INSTRUCTOR) --venv $(HUB_VENV)
+hub-start: hub-env hub-proxy ## start the hub detached (survives a hang-up)
+	$(HUBCTL) start --state $(HUB_STATE) --port $(HUB_PORT) --venv $(HUB_VENV)
+hub-stop: ## stop the hub, every server and the class's processes (HUB_PURGE=1: also users, exchange, state)
+	$(HUBCTL) stop --state $(HUB_STATE) $(if $(HUB_PURGE),--purge)
 
 # `make test` runs both tests (they are in tests/): it needs what they need.
 test: $(VENV)/.hub-installed hub-env hub-proxy browser-deps
