@@ -273,8 +273,29 @@ def test_shared_files_are_fresh(folder):
         src = ROOT / "notebooks" / name
         if src.exists():
             copy = ROOT / folder / name
-            assert copy.exists() and copy.read_bytes() == src.read_bytes(), \
+            text = src.read_text(encoding="utf-8")
+            want = course.student_text(name, text) if folder == "exercises" else text
+            assert copy.exists() and copy.read_text(encoding="utf-8") == want, \
                 f"{folder}/{name} is stale: run `make`"
+
+
+def test_student_theory_leaves_out_the_answers_and_keeps_every_heading():
+    """theory.md's answer blocks (<details> "after notebook NN") hide nothing in a text editor: the student
+    release keeps their summaries, not their bodies; headings (the notebooks' link targets) all stay."""
+    full = (ROOT / "notebooks" / "theory.md").read_text(encoding="utf-8")
+    student = course.student_text("theory.md", full)
+    blocks = course.ANSWER_BLOCK.findall(full)
+    assert blocks, "theory.md has no answer blocks: the rule has nothing to do (did their summaries change?)"
+    for summary, nb, body, _ in blocks:
+        assert summary in student, f"the student theory lost the summary {summary!r}"
+        for line in (ln.strip() for ln in body.splitlines()):
+            if len(line) > 40:
+                assert line not in student, f"notebook {nb}'s answer block is in the student theory: {line[:80]!r}"
+    headings = lambda t: [ln for ln in t.splitlines() if ln.startswith("#")]  # noqa: E731
+    assert headings(student) == headings(full), "the student theory must keep every heading"
+    planted = "<details><summary>The trick (after notebook 07, Exercise 1)</summary>\n\nx = y + 1 is the answer.\n</details>"
+    assert "x = y + 1" not in course.student_text("theory.md", planted)
+    assert course.student_text("other.md", planted) == planted
 
 
 def test_merge_streams_joins_only_neighbouring_chunks_of_one_stream():

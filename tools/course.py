@@ -56,14 +56,31 @@ def nbgrader_env() -> dict:
 
 SHARED_FILES = ["theory.md"]   # notebooks/ files that sit next to the notebooks (links: ../theory.md)
 
+# theory.md collapses what answers an exercise as <details><summary>... (after notebook NN, ...)</summary>.
+# A collapsed block hides nothing in a text editor (JupyterLab opens .md files as text), so the student
+# release keeps the summary line and leaves the body out; solutions/ (and the site) keep it whole.
+ANSWER_BLOCK = re.compile(r"(<details><summary>[^<]*\(after notebook (\d+)[^<]*</summary>)(.*?)(</details>)", re.S)
 
-def copy_shared(dest: Path) -> None:
-    """Copy theory.md (and any other shared file) from notebooks/ into ``dest``."""
+
+def student_text(name: str, text: str) -> str:
+    """A shared file as the student release holds it: theory.md without the bodies of its answer blocks."""
+    if name != "theory.md":
+        return text
+    return ANSWER_BLOCK.sub(
+        lambda m: (f"{m.group(1)}\n\n*Not in the student release: this answers notebook {m.group(2)}'s exercise. "
+                   f"After you hand it in, read it in the course's solutions (the site's theory page).*\n{m.group(4)}"),
+        text)
+
+
+def copy_shared(dest: Path, *, student: bool) -> None:
+    """Copy theory.md (and any other shared file) from notebooks/ into ``dest``; for the student release
+    (``student=True``) without the answers (:func:`student_text`)."""
     for name in SHARED_FILES:
         src = SOURCE / name
         if src.exists():
             dest.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dest / name)
+            text = src.read_text(encoding="utf-8")
+            (dest / name).write_text(student_text(name, text) if student else text, encoding="utf-8")
 
 
 def generate_assignments(names: list[str], root: Path = ROOT) -> None:
@@ -136,7 +153,7 @@ def code_stub() -> str:
 def release(names: list[str]) -> None:
     """Student versions via nbgrader (stubs replace solutions, hidden tests removed)."""
     (ROOT / ".nbgrader").mkdir(exist_ok=True)
-    copy_shared(EXERCISES)
+    copy_shared(EXERCISES, student=True)
     t0 = time.perf_counter()
     generate_assignments(names)
     for name in names:
@@ -254,7 +271,7 @@ def keep_unchanged_figures(new, old) -> int:
 
 def solutions(names: list[str]) -> None:
     """Executed complete notebooks: what a reader sees and what nbval re-checks."""
-    copy_shared(SOLUTIONS)
+    copy_shared(SOLUTIONS, student=False)
     for name in names:
         t0 = time.perf_counter()
         nb = solution_notebook(SOURCE / name / f"{name}.ipynb")

@@ -317,7 +317,8 @@ def text_above(nb, index: int, *, collapsed: bool) -> str:
 
 
 def theory_text() -> str:
-    return THEORY.read_text(encoding="utf-8")
+    """theory.md as the student release holds it (its answer blocks' bodies left out: course.student_text)."""
+    return course.student_text("theory.md", THEORY.read_text(encoding="utf-8"))
 
 
 def visible_tests(nb) -> str:
