@@ -34,9 +34,10 @@ def padding_mask(lengths, n: int) -> np.ndarray:
         n: padded length.
 
     Returns:
-        Boolean array of shape ``(batch, n)``. To use it with scores of shape
-        ``(batch, n_q, n)`` index it as ``mask[:, None, :]``; with per-head
-        scores ``(batch, heads, n_q, n)`` as ``mask[:, None, None, :]``.
+        Boolean array of shape ``(batch, n)``: one flag per key position. Scores
+        have more axes than that (queries, and heads in multi-head attention),
+        so the mask needs new axes to broadcast against them; which ones
+        depends on the layout of the scores.
     """
     n = positive_int(n, "n")
     arr = np.asarray(lengths)
