@@ -349,6 +349,25 @@ def test_what_the_solution_uses_is_never_blocked(tmp_path):
     assert not plan.blocked_names & {"layer_norm", "TransformerEncoderBlock"}
 
 
+def test_sandbox_package_ships_the_data_files_its_modules_name(tmp_path):
+    """Notebook 09 compares the model with a stored reference (smollm2_reference.npz, named by
+    smollm2_reference.py): the sandbox's copy holds it, so that cell runs while grading (trial 09:
+    FileNotFoundError, then six NameErrors in a correct submission's feedback)."""
+    from transformer_course.grading import CASES
+
+    name = "09_llm"
+    a = notebooks.load_assignment(ROOT / "notebooks", name, CASES, ROOT / "exercises")
+    earlier = [notebooks.load_assignment(ROOT / "notebooks", e, CASES)
+               for e in sorted(p.name for p in (ROOT / "notebooks").iterdir() if p.name[:2].isdigit()) if e < name]
+    plan = package.plan_for(a, ROOT / "lib", earlier)
+    dest = package.build_sandbox_package(ROOT / "lib", tmp_path / "pkg", plan, name)
+    assert (dest / "transformer_course" / "smollm2_reference.npz").is_file()
+    assert not (dest / "transformer_course" / "minilm_reference.npz").exists()   # pretrained.py is not copied
+    out = _run_with_package(dest, "from transformer_course.smollm2_reference import read_reference\n"
+                                  "print(sorted(read_reference())[:2])\n")
+    assert out.stdout.strip() == "['greedy_0', 'greedy_1']", out.stderr
+
+
 def test_sandbox_grading_module_exports_only(tmp_path, monkeypatch):
     """The sandbox's hidden_case: inputs from files, check() writes arrays, never compares."""
     import importlib.util
@@ -476,6 +495,29 @@ def test_feedback_escapes_student_text(tmp_path):
     html = path.read_text()
     assert "<script>x" not in html and "<img" not in html and "<b>bold" not in html and "<i>" not in html
     assert "&lt;img src=x" in html
+
+
+def test_feedback_folds_course_cells_stopped_by_the_switched_off_reference(tmp_path):
+    """Trial 09: a correct submission's feedback showed nine errors of course cells that need the package's
+    model (built from this notebook's reference, off while grading). Such a cell, and a later course cell that
+    fails only on a name it could not define, are folded with a note; a student's own NameError is not."""
+    off = "transformer_course.quantization.dequantize_q8_0 is what this notebook asks you to write: ..."
+
+    def cell(index, owner, kind, ename, evalue):
+        return {"index": index, "cell_type": "code", "owner": owner, "kind": kind, "grade_id": None,
+                "source": f"cell_{index}()", "note": "", "ran": True, "output": "",
+                "error": {"ename": ename, "evalue": evalue}}
+
+    record = _record(cells=[cell(0, "student", "plain", "NameError", "name 'early' is not defined"),
+                            cell(1, "course", "plain", "NotImplementedError", off),
+                            cell(2, "course", "plain", "NameError", "name 'lm' is not defined"),
+                            cell(3, "student", "plain", "NameError", "name 'lm' is not defined")])
+    html = report.write_feedback(tmp_path, record, report.row_for(record, {}), {}).read_text()
+    assert html.count("stopped while grading (costs no points)") == 2
+    assert "uses what cell 1 builds with the course&#x27;s reference" in html or \
+        "uses what cell 1 builds with the course's reference" in html
+    assert "<div class='cell student'><div class='meta'>cell 0" in html
+    assert "<div class='cell student'><div class='meta'>cell 3" in html
 
 
 def test_csv_cells_cannot_be_formulas(tmp_path):

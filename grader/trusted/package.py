@@ -28,6 +28,10 @@ any notebook added later, whatever its modules are called:
 3. ``transformer_course/grading`` is replaced by grader/sandboxed/grading_module.py
    (export only); the copy is byte-compiled, read-only, and the only course code the
    sandbox can see (the repository is not mounted there).
+4. **A copied module's data files come with it.** A file next to a copied module that the
+   module names in a string constant (``Path(__file__).with_name("smollm2_reference.npz")``)
+   is copied too, if it is not Python: a stored reference is part of the student's installed
+   package already, and it cannot answer a hidden case, whose inputs are drawn at grading time.
 
 Every top-level package in the course's ``lib/`` folder is course code for this rule
 (a module moved into a package of its own is treated the same).
@@ -49,6 +53,7 @@ SANDBOX_GRADING = HERE.parent / "sandboxed" / "grading_module.py"
 
 STUB = "raise NotImplementedError({msg!r})"
 MAGIC = re.compile(r"^[ \t]*[%!].*$", re.M)
+FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\.[A-Za-z0-9]{1,10}")
 
 
 # --------------------------------------------------------------------------- the course's modules
@@ -400,6 +405,16 @@ def _package_init(code: CourseCode, package: str, modules: set[str], notebook: s
     return ast.unparse(ast.fix_missing_locations(tree)) + tail
 
 
+def data_files(code: CourseCode, module: str) -> list[Path]:
+    """Non-Python files next to ``module`` that its source names in a string constant (rule 4)."""
+    folder = code.files[module].parent
+    named = {node.value for node in ast.walk(code.tree(module))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)
+             and FILE_NAME.fullmatch(node.value)}
+    return sorted(folder / name for name in named
+                  if (folder / name).is_file() and not name.endswith((".py", ".pyc")))
+
+
 def build_sandbox_package(lib_dir: Path, dest: Path, plan: PackagePlan, notebook: str) -> Path:
     """Write the sandbox's copy of the course packages under ``dest`` (the folder to put on sys.path)."""
     code = CourseCode(lib_dir)
@@ -420,6 +435,8 @@ def build_sandbox_package(lib_dir: Path, dest: Path, plan: PackagePlan, notebook
         if module in by_module:
             text = _stub_module(text, by_module[module], module)
         out.write_text(text, encoding="utf-8")
+        for data in data_files(code, module):
+            shutil.copyfile(data, out.parent / data.name)
     for package in code.packages:
         if f"{package}.grading" in code.files and package in plan.modules:
             grading = dest / package / "grading"

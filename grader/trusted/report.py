@@ -197,19 +197,28 @@ def write_feedback(grades: Path, record: dict, row: dict, manual: dict) -> Path:
         parts.append("<h2>Your notebook, as it ran</h2><p class='meta'>Test cells are the course's own "
                      "(restored if they had been changed); the hidden part of each test is not shown. "
                      "Outputs are cut when long.</p>")
+    reference_failed = None            # the first course cell that needed the reference (off while grading)
     for c in record["cells"]:
         classes = "cell " + c["owner"] + (" test" if c["kind"] == "test" else "")
         who = {"student": "your cell", "course": "course cell, as released"}.get(c["owner"], "course cell")
         label = f"cell {c['index']} · {who}" + (f" · <code>{_e(c['grade_id'])}</code>" if c.get("grade_id") else "")
         error = c.get("error") or {}
         uses_reference = "is what this notebook asks you to write" in error.get("evalue", "")
+        # A later course cell that fails only on a name that cell could not define fails for the same reason.
+        follows_reference = (reference_failed is not None and c["owner"] == "course" and c["kind"] != "test"
+                             and error.get("ename") == "NameError" and not uses_reference)
+        if uses_reference and c["owner"] == "course" and c["kind"] != "test" and reference_failed is None:
+            reference_failed = c["index"]
         if c["cell_type"] == "markdown" and c["kind"] != "written":
             parts.append(f"<details class='{classes}'><summary class='meta'>{label} · text</summary>"
                          f"<pre>{_e(c['source'])}</pre></details>")
             continue
-        folded = c["owner"] == "course" and not c.get("error") and not c.get("timeout") and c.get("ran", True)
+        # A course cell (not a test) whose only error is the reference being off costs nothing: folded too.
+        free = c["owner"] == "course" and c["kind"] != "test" and (uses_reference or follows_reference)
+        folded = c["owner"] == "course" and (not c.get("error") or free) and not c.get("timeout") and c.get("ran", True)
         if folded:
-            parts.append(f"<details class='{classes}'><summary class='meta'>{label} · ran</summary>")
+            status = "stopped while grading (costs no points)" if c.get("error") else "ran"
+            parts.append(f"<details class='{classes}'><summary class='meta'>{label} · {status}</summary>")
         else:
             parts.append(f"<div class='{classes}'><div class='meta'>{label}</div>")
         if c.get("note"):
@@ -217,6 +226,10 @@ def write_feedback(grades: Path, record: dict, row: dict, manual: dict) -> Path:
         if uses_reference and c["owner"] == "course":
             parts.append("<div class='note'>This course cell compares with the course's reference "
                          "implementation, which is not available while grading: its error costs no points.</div>")
+        elif follows_reference:
+            parts.append(f"<div class='note'>This course cell uses what cell {reference_failed} builds with the "
+                         "course's reference implementation, which is not available while grading: its error "
+                         "costs no points.</div>")
         source = c["source"]
         if c["kind"] == "test":
             source = source.rstrip() + "\n# (hidden tests run here at grading time)"

@@ -126,7 +126,11 @@ def rotate_pairs(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
 
 
 def silu(x) -> np.ndarray:
-    """``x * sigmoid(x) = x / (1 + exp(-x))`` element-wise (also called swish)."""
+    """``x * sigmoid(x) = x / (1 + exp(-x))`` element-wise (also called swish), in ``x``'s dtype.
+
+    Stable for any ``x``: where ``exp(-x)`` overflows (``x < -88`` in float32, ``< -709`` in float64) the
+    result is ``x / inf = -0``, silu's limit, with the overflow warning silenced.
+    """
     x = as_float_array(x, "x", min_ndim=0)
     with np.errstate(over="ignore"):                # exp(-x) = inf for x << 0 gives x / inf = -0
         return x / (1 + np.exp(-x))
@@ -141,7 +145,7 @@ def swiglu(x, W_gate, W_up, W_down) -> np.ndarray:
         W_down: ``(d, d_ff)``.
 
     Returns:
-        ``(..., d)``.
+        ``(..., d)``, float32 for float32 ``x`` and weights (silu is stable for any gate, :func:`silu`).
     """
     x = as_float_array(x, "x", min_ndim=1)
     gate = x @ W_gate.T                                                   # (..., d_ff)
@@ -164,7 +168,7 @@ def grouped_query_attention(q, k, v, query_positions=None, return_weights: bool 
         return_weights: also return the attention weights.
 
     Returns:
-        ``(n_heads, n_q, d)``, and with ``return_weights`` the weights ``(n_heads, n_q, n_k)``.
+        ``(n_heads, n_q, d)`` in ``q``'s dtype, and with ``return_weights`` the weights ``(n_heads, n_q, n_k)``.
     """
     q = as_float_array(q, "q", min_ndim=3)
     k = as_float_array(k, "k", min_ndim=3)
