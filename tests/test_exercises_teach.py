@@ -36,7 +36,7 @@ KNOWN_FAILING = {
     "numbered_cases_asserted": set(),
     "headings_state_task": set(),
     "no_leaked_written_answer": set(),
-    "no_package_twin_in_tests": {"09_llm"},
+    "no_package_twin_in_tests": set(),
     "no_leaked_solution_line": set(),
 }
 # Suggested snippets that fail when run after the notebook (tests/test_pipeline.py reads this too).
