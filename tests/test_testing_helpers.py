@@ -94,6 +94,16 @@ def test_assert_close_nan():
         assert_close(np.array([[0.0, 1.0], [np.nan, 2.0]]), np.zeros((2, 2)), "res", quiet=True)
 
 
+def test_assert_close_on_a_single_number_says_the_value_not_an_empty_index():
+    # A 0-d result (one entropy, one loss) has no index: "at []" or "at index ()" says nothing (issue 28).
+    with pytest.raises(AssertionError, match=r"^H: the value is NaN; expected a finite value$"):
+        assert_close(np.float64(np.nan), 0.0, "H", quiet=True)
+    with pytest.raises(AssertionError, match=r"^H: expected 0, got 0\.003: absolute error 3\.00e-03"):
+        assert_close(3e-3, 0.0, "H", quiet=True)
+    with pytest.raises(AssertionError, match=r"^H: relative error \S+ exceeds 1e-06; for the value: expected 2, got 3$"):
+        assert_close(3.0, 2.0, "H", quiet=True)
+
+
 def test_assert_close_tolerance_exceeded_names_the_index():
     expected = np.array([[1.0, 2.0], [3.0, 4.0]])
     actual = expected.copy()
@@ -117,7 +127,7 @@ def test_assert_close_tol_is_respected():
 
 
 def test_assert_close_scalar():
-    with pytest.raises(AssertionError, match=r"s: relative error .* at index \(\) expected 2, got 1"):
+    with pytest.raises(AssertionError, match=r"s: relative error .* for the value: expected 2, got 1"):
         assert_close(1.0, 2.0, "s", quiet=True)
 
 

@@ -44,21 +44,24 @@ def assert_close(actual, expected, name: str = "result", *, tol: float = 1e-6, q
     if a.shape != e.shape:
         raise AssertionError(f"{name}: expected shape {e.shape}, got shape {a.shape}")
     if np.isnan(a).any() and not np.isnan(e).any():
+        if a.ndim == 0:   # a single number: no index to name
+            raise AssertionError(f"{name}: the value is NaN; expected a finite value")
         raise AssertionError(f"{name}: contains NaN at {np.argwhere(np.isnan(a))[0].tolist()}; expected finite values")
     err = rel_error(a, e)
     if not err <= tol:
         where = np.unravel_index(np.argmax(np.abs(a - e)), a.shape) if a.ndim else ()
-        index = tuple(int(i) for i in where)
+        at = f" at index {tuple(int(i) for i in where)}" if a.ndim else ""   # a single number: "the value"
         if e[where] == 0:
             # A relative error against an expected 0 is 1 whatever came: say the absolute error instead.
             # (The relative error's denominator has a floor of 1e-8, so near 0 the test allows tol * 1e-8.)
             raise AssertionError(
-                f"{name}: expected 0 at index {index}, got {a[where]:.6g}: absolute error "
+                f"{name}: expected 0{at}, got {a[where]:.6g}: absolute error "
                 f"{abs(float(a[where])):.2e} exceeds {tol * 1e-8:.0e} (the tolerance near 0)"
             )
         raise AssertionError(
-            f"{name}: relative error {err:.2e} exceeds {tol:.0e}; at index {index} "
-            f"expected {e[where]:.6g}, got {a[where]:.6g}"
+            f"{name}: relative error {err:.2e} exceeds {tol:.0e}; "
+            + (f"at index {tuple(int(i) for i in where)} " if a.ndim else "for the value: ")
+            + f"expected {e[where]:.6g}, got {a[where]:.6g}"
         )
     if not quiet:
         print(f"{name}: relative error < {tol:.0e}")
