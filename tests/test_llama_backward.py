@@ -154,3 +154,17 @@ def test_backward_checks_its_arguments():
         ll.rope_backward(np.ones((3, 4)), [0, 1])
     with pytest.raises(ValueError, match="grad_output must have the shape of q"):
         ll.grouped_query_attention_backward(np.ones((2, 3, 4)), np.ones((2, 2, 4)), np.ones((1, 2, 4)), np.ones((1, 2, 4)))
+
+
+def test_kv_head_gradient_is_what_grouped_attention_sends_back(rng):
+    n_heads, n_kv, n, d = 6, 2, 4, 3
+    q, k, v = rng.normal(0, 1, (n_heads, n, d)), rng.normal(0, 1, (n_kv, n, d)), rng.normal(0, 1, (n_kv, n, d))
+    G = rng.normal(0, 1, q.shape)
+    _, dk, dv = ll.grouped_query_attention_backward(G, q, k, v)
+    group = n_heads // n_kv
+    # every query head with its own copy of its key/value head: plain multi-head attention
+    _, dk_each, dv_each = ll.grouped_query_attention_backward(G, q, np.repeat(k, group, 0), np.repeat(v, group, 0))
+    assert rel(ll.kv_head_gradient(dk_each, n_kv), dk) < 1e-14
+    assert rel(ll.kv_head_gradient(dv_each, n_kv), dv) < 1e-14
+    with pytest.raises(ValueError, match="multiple of"):
+        ll.kv_head_gradient(dk_each, 4)

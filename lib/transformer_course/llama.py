@@ -335,6 +335,29 @@ def grouped_query_attention_backward(grad_output, q, k, v, query_positions=None,
     return dq, dk, dv
 
 
+def kv_head_gradient(grad_per_query_head, n_kv_heads: int) -> np.ndarray:
+    """The gradient of the shared key (or value) heads from the gradients each query head sends back.
+
+    In grouped-query attention query head ``h`` reads key/value head ``h // (n_heads / n_kv_heads)``.
+    If each query head had its own copy of its key/value head, it would get the gradient
+    ``grad_per_query_head[h]``; the shared head is used by every query head of its group, so its
+    gradient is the SUM over the group (a parameter used twice gets both gradients).
+
+    Args:
+        grad_per_query_head: ``(n_heads, n, d)``.
+        n_kv_heads: must divide ``n_heads``.
+
+    Returns:
+        ``(n_kv_heads, n, d)``.
+    """
+    g = as_float_array(grad_per_query_head, "grad_per_query_head", min_ndim=3)
+    n_kv_heads = positive_int(n_kv_heads, "n_kv_heads")
+    if g.ndim != 3 or g.shape[0] % n_kv_heads:
+        raise ValueError(f"grad_per_query_head must be (n_heads, n, d) with n_heads a multiple of "
+                         f"n_kv_heads = {n_kv_heads}, got {describe(g)}")
+    return g.reshape(n_kv_heads, g.shape[0] // n_kv_heads, *g.shape[1:]).sum(axis=1)
+
+
 def tied_head_backward(grad_logits, h, embedding):
     """Gradient through the tied output head ``logits = h E^T``.
 

@@ -149,23 +149,29 @@ class LoRAModel:
 
     # -- forward pieces ------------------------------------------------------------------------
     def _project(self, L, target, x):
+        # on 2-D rows (tokens, in): one matrix product per weight, whatever the pieces do with a 3-D array
         W = self.model.layers[L][target]
+        rows = x.reshape(-1, x.shape[-1])
         key = adapter_name(L, target, "A")
         if key in self.adapters:
-            return self.pieces["lora_forward"](x, W, self.adapters[key], self.adapters[adapter_name(L, target, "B")],
-                                               self.scale)
-        return (x.reshape(-1, x.shape[-1]) @ W.T).reshape(x.shape[:-1] + (W.shape[0],))
+            out = self.pieces["lora_forward"](rows, W, self.adapters[key], self.adapters[adapter_name(L, target, "B")],
+                                              self.scale)
+        else:
+            out = rows @ W.T
+        return out.reshape(x.shape[:-1] + (W.shape[0],))
 
     def _project_backward(self, L, target, dy, x, grads):
         W = self.model.layers[L][target]
+        rows, d_rows = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])
         key = adapter_name(L, target, "A")
         if key in self.adapters:
-            dx, dA, dB = self.pieces["lora_backward"](dy, x, W, self.adapters[key],
+            dx, dA, dB = self.pieces["lora_backward"](d_rows, rows, W, self.adapters[key],
                                                       self.adapters[adapter_name(L, target, "B")], self.scale)
             grads[key] = dA
             grads[adapter_name(L, target, "B")] = dB
-            return dx
-        return (dy.reshape(-1, dy.shape[-1]) @ W).reshape(x.shape)       # frozen: only dx flows
+        else:
+            dx = d_rows @ W                                              # frozen: only dx flows
+        return dx.reshape(x.shape)
 
     def layer_forward(self, L, x, positions, cache=None):
         """One layer on ``x`` ``(B, n, d)`` (sequences at ``positions``); fills ``cache`` for the backward."""
@@ -235,6 +241,18 @@ class LoRAModel:
         for L in range(self.model.config.n_layers):
             x = self.layer_forward(L, x, positions)
         return rms_norm(x, self.model.final_norm, self.model.config.eps) @ self.model.embedding.T
+
+    def logits_from(self, x_low, select) -> np.ndarray:
+        """Logits ``(m, V)`` at the positions ``select`` ``(B, n)`` (booleans), from :meth:`hidden_below`'s
+        output: the adapted layers and the head only (the layers below are shared with the base model)."""
+        x_low = as_float_array(x_low, "x_low", min_ndim=3)
+        select = np.asarray(select, dtype=bool)
+        if select.shape != x_low.shape[:2]:
+            raise ValueError(f"select must have shape {x_low.shape[:2]}, got {describe(select)}")
+        x, positions = x_low, np.arange(x_low.shape[1])
+        for L in range(self.lowest, self.model.config.n_layers):
+            x = self.layer_forward(L, x, positions)
+        return rms_norm(x[select], self.model.final_norm, self.model.config.eps) @ self.model.embedding.T
 
     def loss_and_grads(self, x_low, targets, loss_mask):
         """Mean cross-entropy on the positions of ``loss_mask`` and its gradient for every adapter.
