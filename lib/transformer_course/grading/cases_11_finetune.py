@@ -57,12 +57,12 @@ def _rope_inputs(rng, heads=True):
     positions = np.sort(rng.choice(np.arange(0, 5000), size=n, replace=False))
     shape = (int(rng.integers(2, 5)), n, d) if heads else (n, d)
     return {"grad_output": rng.normal(0, 1, shape), "positions": positions,
-            "base": float(rng.choice([1e4, 1e5, 500.0]))}
+            "base": float(rng.choice([1e5, 500.0, 3e4]))}   # never 1e4: a base ignored shows
 
 
 CASES["finetune.rope_backward"] = Case(
     _rope_inputs, rope_backward, ("dx",),
-    description="(heads, n, d), positions up to 5000, base 1e4, 1e5 or 500")
+    description="(heads, n, d), positions up to 5000, base 1e5, 500 or 3e4")
 CASES["finetune.rope_backward_2d"] = Case(
     lambda rng: _rope_inputs(rng, heads=False), rope_backward, ("dx",),
     description="(n, d) without a head axis")
