@@ -10,11 +10,13 @@
 #                      ~10 min): bench/results/llm_speed.{txt,json,md,png} and the table in bench/README.md
 #   make bench-train   one training step of notebook 10's model (bench/train_step_speed.py, ~2 min):
 #                      bench/results/train_step.txt
+#   make bench-lora    one LoRA fine-tuning step of notebook 11 (SmolLM2-135M), NumPy vs PyTorch eager,
+#                      default threads and one (bench/lora_step_speed.py, ~10 min): bench/results/lora_step.txt
 #   make bench-quick   smoke run of bench/run.py (small shapes, a few seconds per row), writes nothing
 
-.PHONY: bench bench-attention bench-llm bench-train bench-quick
+.PHONY: bench bench-attention bench-llm bench-train bench-lora bench-quick
 
-bench: bench-attention bench-llm bench-train ## all speed measurements against PyTorch; results in bench/results/, summary in bench/README.md
+bench: bench-attention bench-llm bench-train bench-lora ## all speed measurements against PyTorch; results in bench/results/, summary in bench/README.md
 
 bench-attention: env ## attention and multi-head attention against PyTorch; table + plot in bench/results/
 	$(PY) bench/run.py
@@ -25,6 +27,10 @@ bench-llm: env ## SmolLM2-135M decoding: share of the memory-bandwidth bound, be
 bench-train: env ## one training step of notebook 10's model, NumPy vs PyTorch (bench/train_step_speed.py)
 	$(PY) bench/train_step_speed.py > bench/results/train_step.txt.tmp && mv bench/results/train_step.txt.tmp bench/results/train_step.txt
 	cat bench/results/train_step.txt
+
+bench-lora: test-env ## one LoRA step of notebook 11 on SmolLM2-135M, NumPy vs PyTorch eager (bench/lora_step_speed.py)
+	$(PY) bench/lora_step_speed.py > bench/results/lora_step.txt.tmp && mv bench/results/lora_step.txt.tmp bench/results/lora_step.txt
+	cat bench/results/lora_step.txt
 
 bench-quick: env ## quick smoke run of the benchmark (small shapes)
 	$(PY) bench/run.py --quick

@@ -38,6 +38,7 @@ ALLOWED = {
     ("06_failures", "nb06-017", "10^{-6}"): "assert_close's default tolerance (the check above the Reading)",
     ("07_pretrained_minilm", "nb07-004", "10^{-5}"): "PyTorch's default layer-norm epsilon, a constant",
     ("07_pretrained_minilm", "nb07-028", "10^{-6}"): "the written question quotes tests/test_pretrained_minilm.py",
+    ("11_finetune", "nb11-031", "10^{-12}"): "quotes tests/test_smollm2.py (float64 logits vs transformers, measured <= 6e-13)",
     ("07_pretrained_minilm", "nb07-028", "10^{-15}"): "the written question quotes tests/test_pretrained_minilm.py",
     ("09_llm", "b505b114", "10^{-8}"): "float32's unit round-off 2^-24 = 6e-8, a constant in the error estimate",
     ("09_llm", "56f0e37d", "10.8"): "ln 49152, derived in the sentence itself",

@@ -71,6 +71,40 @@ def rms_norm(x, weight, eps: float = 1e-5) -> np.ndarray:
     return out * weight.astype(x.dtype, copy=False)
 
 
+def rms_norm_backward(grad_output, x, weight, eps: float = 1e-5):
+    """Gradient through ``y = weight * x * r``, ``r = 1 / sqrt(mean(x**2) + eps)`` (forward: :func:`rms_norm`).
+
+    With ``xhat = x * r`` and ``g = grad_output * weight`` (theory: LayerNorm's gradient without the
+    centring term, since RMSNorm subtracts no mean)::
+
+        dL/dx      = r * (g - xhat * mean(g * xhat))
+        dL/dweight = sum over every leading axis of grad_output * xhat
+
+    Args:
+        grad_output: ``dL/dy`` ``(..., d)``.
+        x: the forward's input ``(..., d)``.
+        weight: the gain ``(d,)``.
+        eps: the forward's eps.
+
+    Returns:
+        ``(dx, dweight)``: ``(..., d)`` and ``(d,)``.
+    """
+    x = as_float_array(x, "x", min_ndim=1)
+    dy = as_float_array(grad_output, "grad_output", min_ndim=1)
+    if dy.shape != x.shape:
+        raise ValueError(f"grad_output must have the shape of x {x.shape}, got shape {dy.shape}")
+    weight = as_float_array(weight, "weight", min_ndim=1)
+    if weight.shape != x.shape[-1:]:
+        raise ValueError(f"weight must have shape ({x.shape[-1]},) to match x's last axis, got shape {weight.shape}")
+    d = x.shape[-1]
+    r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + x.dtype.type(eps))    # (..., 1)
+    xhat = x * r                                                                        # (..., d)
+    g = dy * weight.astype(x.dtype, copy=False)
+    dx = r * (g - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+    dweight = np.sum((dy * xhat).reshape(-1, d), axis=0)
+    return dx, dweight
+
+
 def rope_frequencies(d_head: int, base: float = 10000.0) -> np.ndarray:
     """Angular frequency of each adjacent pair: ``base ** (-2i / d_head)``, ``(d_head // 2,)`` float64."""
     d_head = positive_int(d_head, "d_head")
@@ -125,6 +159,29 @@ def rotate_pairs(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return out
 
 
+def rope_backward(grad_output, positions, base: float = 10000.0) -> np.ndarray:
+    """Gradient through ``apply_rope(x, positions, base)`` with respect to ``x``.
+
+    RoPE multiplies each pair by a rotation matrix ``R(p w_i)``; the gradient is multiplied by its
+    transpose, ``R(p w_i)^T = R(-p w_i)``: the same rotation by the opposite angle (the inverse).
+
+    Args:
+        grad_output: ``dL/dx'`` ``(..., n, d)``.
+        positions: the forward's ``(n,)`` positions.
+        base: the forward's frequency base.
+
+    Returns:
+        ``dL/dx`` ``(..., n, d)``.
+    """
+    g = as_float_array(grad_output, "grad_output", min_ndim=2)
+    n, d = g.shape[-2:]
+    positions = np.asarray(positions)
+    if positions.shape != (n,):
+        raise ValueError(f"positions must have shape ({n},), one per vector of grad_output, got {describe(positions)}")
+    cos, sin = rope_tables(positions, d, base, g.dtype)
+    return rotate_pairs(g, cos, -sin)
+
+
 def silu(x) -> np.ndarray:
     """``x * sigmoid(x) = x / (1 + exp(-x))`` element-wise (also called swish), in ``x``'s dtype.
 
@@ -134,6 +191,20 @@ def silu(x) -> np.ndarray:
     x = as_float_array(x, "x", min_ndim=0)
     with np.errstate(over="ignore"):                # exp(-x) = inf for x << 0 gives x / inf = -0
         return x / (1 + np.exp(-x))
+
+
+def silu_backward(grad_output, x) -> np.ndarray:
+    """Gradient through ``silu(x) = x sigmoid(x)`` (forward: :func:`silu`).
+
+        silu'(x) = sigmoid(x) (1 + x (1 - sigmoid(x)))
+    """
+    x = as_float_array(x, "x", min_ndim=0)
+    dy = as_float_array(grad_output, "grad_output", min_ndim=0)
+    if dy.shape != x.shape:
+        raise ValueError(f"grad_output must have the shape of x {x.shape}, got shape {dy.shape}")
+    with np.errstate(over="ignore"):
+        s = 1 / (1 + np.exp(-x))
+    return dy * (s * (1 + x * (1 - s)))
 
 
 def swiglu(x, W_gate, W_up, W_down) -> np.ndarray:
@@ -151,6 +222,32 @@ def swiglu(x, W_gate, W_up, W_down) -> np.ndarray:
     gate = x @ W_gate.T                                                   # (..., d_ff)
     up = x @ W_up.T                                                       # (..., d_ff)
     return (silu(gate) * up) @ W_down.T                                   # (..., d)
+
+
+def swiglu_backward(grad_output, x, W_gate, W_up, W_down):
+    """Gradient through :func:`swiglu`: ``y = (silu(x W_gate^T) * (x W_up^T)) W_down^T``.
+
+        a = x W_gate^T, u = x W_up^T, s = silu(a) * u
+        dW_down = dy^T s,  ds = dy W_down,  da = silu'(a) (ds * u),  du = ds * silu(a)
+        dW_gate = da^T x,  dW_up = du^T x,  dx = da W_gate + du W_up
+
+    Returns:
+        ``(dx, dW_gate, dW_up, dW_down)``, each of the shape of what it differentiates (weights (out, in)).
+    """
+    x = as_float_array(x, "x", min_ndim=1)
+    dy = as_float_array(grad_output, "grad_output", min_ndim=1)
+    if dy.shape != x.shape:
+        raise ValueError(f"grad_output must have the shape of x {x.shape}, got shape {dy.shape}")
+    d = x.shape[-1]
+    rows, d_rows = x.reshape(-1, d), dy.reshape(-1, d)                    # (tokens, d)
+    a, u = rows @ W_gate.T, rows @ W_up.T                                 # (tokens, d_ff)
+    act = silu(a)
+    dW_down = d_rows.T @ (act * u)                                        # (d, d_ff)
+    ds = d_rows @ W_down                                                  # (tokens, d_ff)
+    da = silu_backward(ds * u, a)
+    du = ds * act
+    dx = (da @ W_gate + du @ W_up).reshape(x.shape)
+    return dx, da.T @ rows, du.T @ rows, dW_down
 
 
 def grouped_query_attention(q, k, v, query_positions=None, return_weights: bool = False):
@@ -200,6 +297,87 @@ def grouped_query_attention(q, k, v, query_positions=None, return_weights: bool 
     if return_weights:
         return out, weights.reshape(n_heads, n_q, n_k)
     return out
+
+
+def grouped_query_attention_backward(grad_output, q, k, v, query_positions=None, weights=None):
+    """Gradient through :func:`grouped_query_attention` (causal, query head ``h`` reads key/value
+    head ``h // group``).
+
+    Per query head it is the attention backward of notebook 10 (``dV = P^T dO``, ``dS`` through the
+    softmax, ``dQ = dS K / sqrt(d)``, ``dK = dS^T Q / sqrt(d)``). A key/value head is read by the
+    ``group`` query heads of its group, so ITS gradient is the SUM of what those heads send back:
+    reshaping the group's queries into one ``(group * n_q)`` block, as the forward does, makes the
+    matrix products do that sum.
+
+    Args:
+        grad_output: ``dL/dout`` ``(n_heads, n_q, d)``.
+        q, k, v, query_positions: the forward's inputs.
+        weights: the forward's attention weights ``(n_heads, n_q, n_k)``; recomputed when None.
+
+    Returns:
+        ``(dq, dk, dv)`` with the shapes of ``q``, ``k``, ``v``.
+    """
+    q = as_float_array(q, "q", min_ndim=3)
+    k = as_float_array(k, "k", min_ndim=3)
+    v = as_float_array(v, "v", min_ndim=3)
+    dO = as_float_array(grad_output, "grad_output", min_ndim=3)
+    if dO.shape != q.shape:
+        raise ValueError(f"grad_output must have the shape of q {q.shape}, got shape {dO.shape}")
+    if weights is None:
+        _, weights = grouped_query_attention(q, k, v, query_positions, return_weights=True)
+    n_heads, n_q, d = q.shape
+    n_kv, n_k, _ = k.shape
+    group = n_heads // n_kv
+    P = np.asarray(weights).reshape(n_kv, group * n_q, n_k)                  # the group's rows together
+    dOg = dO.reshape(n_kv, group * n_q, d)
+    qg = q.reshape(n_kv, group * n_q, d)
+    dv = P.transpose(0, 2, 1) @ dOg                                          # (n_kv, n_k, d): summed over the group
+    dP = dOg @ v.transpose(0, 2, 1)                                          # (n_kv, group*n_q, n_k)
+    dS = P * (dP - np.sum(dP * P, axis=-1, keepdims=True)) * q.dtype.type(1 / np.sqrt(d))
+    dq = (dS @ k).reshape(n_heads, n_q, d)
+    dk = dS.transpose(0, 2, 1) @ qg                                          # (n_kv, n_k, d): summed over the group
+    return dq, dk, dv
+
+
+def kv_head_gradient(grad_per_query_head, n_kv_heads: int) -> np.ndarray:
+    """The gradient of the shared key (or value) heads from the gradients each query head sends back.
+
+    In grouped-query attention query head ``h`` reads key/value head ``h // (n_heads / n_kv_heads)``.
+    If each query head had its own copy of its key/value head, it would get the gradient
+    ``grad_per_query_head[h]``; the shared head is used by every query head of its group, so its
+    gradient is the SUM over the group (a parameter used twice gets both gradients).
+
+    Args:
+        grad_per_query_head: ``(n_heads, n, d)``.
+        n_kv_heads: must divide ``n_heads``.
+
+    Returns:
+        ``(n_kv_heads, n, d)``.
+    """
+    g = as_float_array(grad_per_query_head, "grad_per_query_head", min_ndim=3)
+    n_kv_heads = positive_int(n_kv_heads, "n_kv_heads")
+    if g.ndim != 3 or g.shape[0] % n_kv_heads:
+        raise ValueError(f"grad_per_query_head must be (n_heads, n, d) with n_heads a multiple of "
+                         f"n_kv_heads = {n_kv_heads}, got {describe(g)}")
+    return g.reshape(n_kv_heads, g.shape[0] // n_kv_heads, *g.shape[1:]).sum(axis=1)
+
+
+def tied_head_backward(grad_logits, h, embedding):
+    """Gradient through the tied output head ``logits = h E^T``.
+
+    Returns ``(dh, dE_head)``: ``dh = dlogits E`` ``(..., d)`` and ``dE_head = dlogits^T h`` ``(V, d)``.
+    The embedding table is also the input lookup ``x = E[ids]``, so the whole gradient of ``E`` is
+    ``dE_head + embedding_backward(dx, ids, V)`` (the two uses add).
+    """
+    g = as_float_array(grad_logits, "grad_logits", min_ndim=1)
+    h = as_float_array(h, "h", min_ndim=1)
+    E = as_float_array(embedding, "embedding", min_ndim=2)
+    if g.shape[:-1] != h.shape[:-1] or g.shape[-1] != E.shape[0] or h.shape[-1] != E.shape[1]:
+        raise ValueError(f"expected grad_logits (..., V={E.shape[0]}) and h (..., d={E.shape[1]}) with the same "
+                         f"leading axes, got {describe(g)} and {describe(h)}")
+    dh = g @ E
+    dE = g.reshape(-1, E.shape[0]).T @ h.reshape(-1, E.shape[1])
+    return dh, dE
 
 
 # ---------------------------------------------------------------------------
