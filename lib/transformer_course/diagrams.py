@@ -197,7 +197,8 @@ def mask_types(n=6, n_padding=2):
 
 def tiling(n_q=6, n_k=14, block_size=4, current=2):
     """The (n_q, n_k) score matrix of the online softmax, cut into key blocks; during step ``current``
-    (0-based) only that block's (n_q, block) scores exist, next to the running state m, l, o."""
+    (0-based) only that block's (n_q, block) scores exist, next to the running state m, l, o. The update rule is
+    not drawn: notebook 06 asks students to derive it."""
     n_blocks = -(-n_k // block_size)
     cell = 0.35
     fig, ax = plt.subplots(figsize=(11, 3.8))
@@ -224,11 +225,10 @@ def tiling(n_q=6, n_k=14, block_size=4, current=2):
              "l   (n_q, 1)    sum of exp(s - m) seen",
              "o   (n_q, d_v)  sum of exp(s - m) v seen",
              "",
-             "step with the new block's scores s:",
-             "m' = max(m, max s)",
-             "l  <- l exp(m - m') + sum exp(s - m')",
-             "o  <- o exp(m - m') + exp(s - m') V_blk",
-             "after the last block: output = o / l"]
+             "each step: the new block's scores",
+             "update m, l, o (Exercise 1: derive how);",
+             "after the last block, the output",
+             "comes from o and l alone"]
     ax.text(x_state, 0.1, "\n".join(lines), ha="left", va="top", fontsize=8, family="monospace",
             bbox=dict(boxstyle="round", facecolor="#f7f7f7", edgecolor="lightgray"))
     _arrow(ax, ((current + 1) * block_size * cell + 0.05, -n_q * cell / 2),

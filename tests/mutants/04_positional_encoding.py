@@ -150,6 +150,8 @@ MUTANTS.update({
         "np.arange(0, d_model, 2) / d_model", "np.arange(d_model // 2) / d_model"),
     "decode: the estimate is not rounded (a float, off by the noise)": _decoder(
         "return np.round(estimate).astype(int)", "return estimate"),
+    "decode: truncated (astype(int)) instead of rounded (off by one below every estimate's integer)": _decoder(
+        "return np.round(estimate).astype(int)", "return estimate.astype(int)"),
     "decode: rounded, but returned as floats": _decoder(
         "return np.round(estimate).astype(int)", "return np.round(estimate)"),
     "decode: nearest row of a table of every candidate encoding (correct values, O(P d) memory)": {

@@ -112,6 +112,9 @@ def online_softmax_attention(Q, K, V, block_size):
     "leak: penalty multiplied by the blocked indicator (0 * -inf = nan)": _leak('''
     weights = softmax(scores + (~allowed) * mask_value, axis=-1)
     return (weights * ~allowed).sum(axis=-1)'''),
+    "leak: 1 - (the allowed weights) (every leak below 1e-16 lost)": _leak('''
+    weights = softmax(np.where(allowed, scores, scores + mask_value), axis=-1)
+    return 1.0 - np.where(allowed, weights, 0.0).sum(axis=-1)'''),
 }
 
 # Correct outputs, but not tiled: the memory part of the hidden test must catch them.
