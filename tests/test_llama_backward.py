@@ -10,7 +10,16 @@ import pytest
 from transformer_course import llama as ll
 
 torch = pytest.importorskip("torch")
-torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def _torch_float64():
+    """float64 for the tensors these tests build, and the default given back after each test: set at import,
+    it leaked into every later test of the same pytest worker (the encoder cross-checks got float64 weights)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
 
 TORCH_TOL = 1e-12          # float64 autograd vs the hand-written backward: rounding only (max|diff| / max|g|)
 FD_TOL = 1e-7              # central differences, h = 1e-5, float64 (notebook 10, section 1)
