@@ -419,3 +419,11 @@ def test_reference_is_computed_from_untouched_inputs(monkeypatch):
     case.check(result)                                  # still passes: the reference used a copy
     with pytest.raises(AssertionError):
         case.check(softmax(**case.inputs))              # and a result from scribbled inputs fails
+
+
+def test_a_tiny_error_prints_the_digits_where_the_numbers_differ():
+    """1.7315401 vs 1.7315400 at tol 1e-8: six digits would print "expected 1.73154, got 1.73154"."""
+    with pytest.raises(AssertionError, match=r"expected 1\.73154, got 1\.7315401\b|expected 1\.7315400?, got 1\.7315401"):
+        assert_close(np.array([1.7315401]), np.array([1.7315400]), "x", tol=1e-8)
+    with pytest.raises(AssertionError, match=r"expected 2, got 3"):
+        assert_close(3.0, 2.0, "y")

@@ -20,6 +20,16 @@ def rel_error(actual, expected) -> float:
     return float(np.nanmax(np.where(np.isnan(err), np.inf, err)))
 
 
+def _distinct_digits(expected: float, actual: float) -> tuple[str, str]:
+    """The two numbers with 6 significant digits, or as many more (up to 17) as it takes for them to
+    differ in print: "expected 1.73154, got 1.73154" says nothing about a tiny error."""
+    for digits in range(6, 18):
+        want, got = f"{expected:.{digits}g}", f"{actual:.{digits}g}"
+        if want != got:
+            break
+    return want, got
+
+
 def assert_close(actual, expected, name: str = "result", *, tol: float = 1e-6, quiet: bool = False) -> None:
     """Assert that ``actual`` matches ``expected`` in shape and value, and say so.
 
@@ -58,10 +68,11 @@ def assert_close(actual, expected, name: str = "result", *, tol: float = 1e-6, q
                 f"{name}: expected 0{at}, got {a[where]:.6g}: absolute error "
                 f"{abs(float(a[where])):.2e} exceeds {tol * 1e-8:.0e} (the tolerance near 0)"
             )
+        want, got = _distinct_digits(float(e[where]), float(a[where]))
         raise AssertionError(
             f"{name}: relative error {err:.2e} exceeds {tol:.0e}; "
             + (f"at index {tuple(int(i) for i in where)} " if a.ndim else "for the value: ")
-            + f"expected {e[where]:.6g}, got {a[where]:.6g}"
+            + f"expected {want}, got {got}"
         )
     if not quiet:
         print(f"{name}: relative error < {tol:.0e}")
