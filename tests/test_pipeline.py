@@ -385,6 +385,32 @@ def test_keep_unchanged_figures_keeps_only_same_pictures_in_unchanged_cells():
     assert all(c.outputs[0].text == "ratio 0.6\n" for c in new.cells)  # text is never replaced
 
 
+def test_keep_unchanged_measurements_keeps_only_what_nbval_does_not_compare():
+    """`make` on another machine or under load leaves measured outputs as committed: a cell tagged
+    nbval-ignore-output keeps its outputs whole, a text equal after nbval's sanitizers keeps its digits;
+    any other change of text, and any edited cell, is written as it comes."""
+    out = nbformat.v4.new_output
+
+    def notebook(coda, timing, ratio):
+        cells = [nbformat.v4.new_code_cell("speed()", metadata={"tags": ["nbval-ignore-output"]}),
+                 nbformat.v4.new_code_cell("step()"), nbformat.v4.new_code_cell("ratio()"),
+                 nbformat.v4.new_code_cell("edited()")]
+        texts = [coda, timing, ratio, timing]
+        for cell, text in zip(cells, texts):
+            cell.outputs = [out("stream", name="stdout", text=text)]
+        return nbformat.v4.new_notebook(cells=cells)
+
+    old = notebook("bound here 22.5 GB/s\n", "one step: 724 ms ± 95 ms; head 21% ± 5%\n", "ratio 0.5\n")
+    new = notebook("bound here 5.1 GB/s\n", "one step: 679 ms ± 61 ms; head 20% ± 1%\n", "ratio 0.6\n")
+    new.cells[3].source = "edited(again=True)"
+    assert course.keep_unchanged_measurements(new, old) == 2
+    texts = [c.outputs[0].text for c in new.cells]
+    assert texts[0] == "bound here 22.5 GB/s\n", "the nbval-ignore-output cell keeps its committed outputs"
+    assert texts[1] == "one step: 724 ms ± 95 ms; head 21% ± 5%\n", "a timing nbval sanitises keeps its digits"
+    assert texts[2] == "ratio 0.6\n", "a text nbval compares is never replaced"
+    assert texts[3] == "one step: 679 ms ± 61 ms; head 20% ± 1%\n", "an edited cell is written as it comes"
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_committed_solutions_have_merged_streams(name):
     # Written through merge_streams, so rebuilding them does not change them just because the

@@ -269,6 +269,52 @@ def keep_unchanged_figures(new, old) -> int:
     return kept
 
 
+SANITIZE_CFG = ROOT / "tools" / "nbval-sanitize.cfg"
+
+
+def sanitizers(path: Path = SANITIZE_CFG) -> list[tuple[re.Pattern, str]]:
+    """The (regex, replacement) pairs of nbval's sanitize file: what legitimately differs between runs."""
+    pairs, regex = [], None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("regex:"):
+            regex = line[len("regex:"):].strip()
+        elif line.startswith("replace:") and regex is not None:
+            pairs.append((re.compile(regex), line[len("replace:"):].strip()))
+            regex = None
+    return pairs
+
+
+def sanitize(text: str, pairs) -> str:
+    for regex, replacement in pairs:
+        text = regex.sub(replacement, text)
+    return text
+
+
+def keep_unchanged_measurements(new, old) -> int:
+    """Give `new` the committed text of every output that differs only in what nbval does not compare: a
+    cell tagged nbval-ignore-output (a speed measured on the machine, e.g. notebook 09's Coda) keeps its
+    committed outputs whole, and a text that is the same after nbval's sanitizers (timings, their shares)
+    keeps its committed digits. So `make` leaves the committed solutions as they are on any machine and
+    under any load; the committed numbers are those of the run that was committed. Returns the count."""
+    pairs, kept = sanitizers(), 0
+    for cell, before in zip(new.cells, old.cells):
+        if (cell.cell_type != "code" or before.cell_type != "code" or before.source != cell.source
+                or [o.output_type for o in before.outputs] != [o.output_type for o in cell.outputs]):
+            continue
+        if "nbval-ignore-output" in cell.metadata.get("tags", []):
+            if cell.outputs != before.outputs:
+                cell.outputs = copy.deepcopy(before.outputs)
+                kept += 1
+            continue
+        for out, prev in zip(cell.outputs, before.outputs):
+            text, prev_text = out.get("text"), prev.get("text")
+            if (isinstance(text, str) and isinstance(prev_text, str) and text != prev_text
+                    and sanitize(text, pairs) == sanitize(prev_text, pairs)):
+                out["text"] = prev_text
+                kept += 1
+    return kept
+
+
 def solutions(names: list[str]) -> None:
     """Executed complete notebooks: what a reader sees and what nbval re-checks."""
     copy_shared(SOLUTIONS, student=False)
@@ -284,9 +330,13 @@ def solutions(names: list[str]) -> None:
         for cell in nb.cells:
             cell.metadata.pop("execution", None)
         dest = dest_dir / f"{name}.ipynb"
-        kept = keep_unchanged_figures(nb, nbformat.read(dest, as_version=4)) if dest.exists() else 0
-        nbformat.write(merge_streams(nb), dest)
+        nb = merge_streams(nb)
+        old = nbformat.read(dest, as_version=4) if dest.exists() else None
+        kept = keep_unchanged_figures(nb, old) if old else 0
+        measured = keep_unchanged_measurements(nb, old) if old else 0
+        nbformat.write(nb, dest)
         note = f", {kept} figure(s) the same picture up to antialiasing: kept as committed" if kept else ""
+        note += f", {measured} measured output(s) nbval does not compare: kept as committed" if measured else ""
         print(f"solutions  {dest.relative_to(ROOT)}  ({time.perf_counter() - t0:.1f} s{note})")
 
 
