@@ -27,24 +27,13 @@ from transformer_course.backward import (
     softmax_backward,
 )
 from transformer_course.loss import cross_entropy
+from transformer_course.testing import central_differences as numerical_gradient
 
 PROPS = settings(max_examples=15, deadline=None, database=None)
 FD_TOL = 1e-6
 TORCH_TOL = 1e-10
 
 
-def numerical_gradient(f, x, h=1e-5):
-    """Central differences of the scalar f() over every entry of x (restored afterwards)."""
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        old = x[i]
-        x[i] = old + h
-        up = f()
-        x[i] = old - h
-        down = f()
-        x[i] = old
-        grad[i] = (up - down) / (2 * h)
-    return grad
 
 
 def rel(a, b):

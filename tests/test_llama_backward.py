@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from transformer_course import llama as ll
+from transformer_course.testing import central_differences
 
 torch = pytest.importorskip("torch")
 
@@ -30,17 +31,6 @@ def rel(a, b) -> float:
     return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
 
 
-def central_differences(f, x, h=1e-5):
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        old = x[i]
-        x[i] = old + h
-        up = f()
-        x[i] = old - h
-        down = f()
-        x[i] = old
-        grad[i] = (up - down) / (2 * h)
-    return grad
 
 
 def t(a, grad=True):

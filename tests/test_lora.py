@@ -16,23 +16,13 @@ import pytest
 
 from transformer_course import lora as lo
 from transformer_course.llama import Llama, LlamaConfig, LAYER_TENSORS
+from transformer_course.testing import central_differences
 
 
 def rel(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a) - b)) / np.max(np.abs(b)))
 
 
-def central_differences(f, x, h=1e-5):
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        old = x[i]
-        x[i] = old + h
-        up = f()
-        x[i] = old - h
-        down = f()
-        x[i] = old
-        grad[i] = (up - down) / (2 * h)
-    return grad
 
 
 def tiny_model(rng, n_layers=3):
