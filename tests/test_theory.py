@@ -616,3 +616,95 @@ def test_online_softmax_is_stable_for_huge_scores():
     with np.errstate(over="raise", invalid="raise"):
         out, _ = online_softmax_attention(Q, K, V, 8)
     np.testing.assert_allclose(out, full, rtol=1e-10, atol=1e-12)
+
+
+# §12 --------------------------------------------------------------------
+def _section(number: str) -> str:
+    """The text of theory.md's section ``## number.`` up to the next ``## `` heading."""
+    text = _theory_text()
+    start = text.index(f"\n## {number}. ")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else len(text)]
+
+
+def test_lora_counts_follow_from_smollm2s_config():
+    """§12's parameter counts, computed from the GGUF file's metadata and tensor shapes (no weights read)."""
+    smollm2 = pytest.importorskip("transformer_course.smollm2")
+    from transformer_course.lora import TARGETS
+
+    contents = smollm2.read_gguf()
+    cfg = smollm2.config_from_metadata(contents.metadata)
+    assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_ff, cfg.vocab_size) == \
+        (30, 576, 9, 3, 64, 1536, 49152), cfg
+    shapes = {t: tuple(contents.shapes[f"blk.0.{t}.weight"]) for t in TARGETS}
+    assert shapes == {"attn_q": (576, 576), "attn_k": (192, 576), "attn_v": (192, 576), "attn_output": (576, 576),
+                      "ffn_gate": (1536, 576), "ffn_up": (1536, 576), "ffn_down": (576, 1536)}, shapes
+    total = sum(int(np.prod(s)) for s in contents.shapes.values())
+    r, section = 8, _section("12").replace("{,}", ",")         # $122{,}880$ is 122,880
+    per_layer = sum(o * i for o, i in shapes.values())
+    adapter = {t: r * (o + i) for t, (o, i) in shapes.items()}
+    qv = adapter["attn_q"] + adapter["attn_v"]
+    facts = {"134,515,008": total, "538,060,032": 4 * total, "3,538,944": per_layer,
+             "28,311,552": cfg.vocab_size * cfg.d_model, "122,880": 8 * qv, "460,800": 30 * qv,
+             "2,442,240": 30 * sum(adapter.values())}
+    for t, (o, i) in shapes.items():
+        facts[f"{o * i:,}"] = o * i
+        facts[f"{adapter[t]:,}"] = adapter[t]
+        assert f"{100 * adapter[t] / (o * i):.1f} %" in section, (t, adapter[t] / (o * i))
+    for written, value in facts.items():
+        assert written == f"{value:,}" and written in section, (written, value)
+    assert f"{100 * 8 * qv / total:.3f} %" == "0.091 %" and "0.091 %" in section
+    assert f"{cfg.vocab_size * cfg.d_model / per_layer:.1f}" == "8.0"
+    assert 8 * qv * 8 / 1024 == 960 and 8 * qv * 4 / 1024 == 480 and round(16 * total / 1e9, 2) == 2.15
+
+
+def test_lora_merge_bound_holds_on_a_real_projection():
+    """§12.4: merged and adapter paths differ by at most 2 gamma_{in+r+2} |x| (|W| + s|B||A|)^T, far less in fact."""
+    smollm2 = pytest.importorskip("transformer_course.smollm2")
+    from transformer_course.lora import lora_forward
+
+    contents = smollm2.read_gguf()
+    name = "blk.29.attn_q.weight"
+    W = smollm2.dequantize(contents.raw[name], contents.kinds[name], np.float64)
+    rng = np.random.default_rng(0)
+    r, s = 8, 16 / 8
+    x = rng.normal(0, 1, (176, W.shape[1]))
+    A, B = rng.normal(0, 1 / np.sqrt(W.shape[1]), (r, W.shape[1])), rng.normal(0, 0.02, (W.shape[0], r))
+    u = np.finfo(np.float64).eps / 2
+    k = W.shape[1] + r + 2
+    two_gamma = 2 * k * u / (1 - k * u)
+    assert f"{two_gamma:.1e}" == "1.3e-13" and "2\\gamma_{586} = 1.3 \\times 10^{-13}" in _section("12")
+    M = np.abs(x) @ (np.abs(W) + s * np.abs(B) @ np.abs(A)).T
+    diff = np.abs(x @ (W + s * B @ A).T - lora_forward(x, W, A, B, s))
+    assert np.all(diff <= two_gamma * M), "the merge bound of §12.4 fails"
+    assert np.all(100 * diff <= two_gamma * M), "§12.4 says the bound is more than 100 times the difference"
+    assert diff.max() < 1e-13, diff.max()
+    w32 = (W + s * B @ A).astype(np.float32).astype(np.float64)
+    d32 = np.abs(x @ w32.T - x @ (W + s * B @ A).T)
+    assert np.all(d32 <= (np.finfo(np.float32).eps / 2 + two_gamma) * M), "float32 storage of the merge: 2^-24 M"
+
+
+def test_rms_norm_gradient_is_orthogonal_to_x_without_eps():
+    """§12.3: x . dx = r (g . x) eps / (mean(x^2) + eps), zero at eps = 0."""
+    from transformer_course.llama import rms_norm_backward
+
+    rng = np.random.default_rng(0)
+    x, w = rng.normal(2, 1, (4, 576)), rng.uniform(0.5, 2, 576)
+    G = rng.normal(0, 1, x.shape)
+    for eps in (1e-5, 0.0):
+        dx, _ = rms_norm_backward(G, x, w, eps)
+        ms = np.mean(x**2, -1)
+        predicted = np.sum(G * w * x, -1) * eps / (ms + eps) / np.sqrt(ms + eps)
+        np.testing.assert_allclose(np.sum(dx * x, -1), predicted, rtol=1e-6, atol=1e-12)
+
+
+def test_silu_derivative_extremes():
+    """§12.3: silu'(0) = 1/2, max 1.0998 near 2.3994, min -0.0998 near -2.3994, negative below -1.278."""
+    from transformer_course.llama import silu_backward
+
+    z = np.linspace(-6, 6, 1_200_001)
+    d = silu_backward(np.ones_like(z), z)
+    assert silu_backward(np.ones(1), np.zeros(1))[0] == 0.5
+    assert (round(d.max(), 4), round(z[d.argmax()], 4)) == (1.0998, 2.3994)
+    assert (round(d.min(), 4), round(z[d.argmin()], 4)) == (-0.0998, -2.3994)
+    assert round(z[np.flatnonzero(d < 0).max()], 3) == -1.278
