@@ -7,7 +7,10 @@
 * every exercise heading is followed by its task before the next code cell;
 * no written question's model answer or mark scheme is in theory.md, above the question or in a visible test
   (8 consecutive words, or a key number); no graded code exercise's distinctive solution line is in the text
-  above it outside collapsed hints, in theory.md or in a visible test.
+  above it outside collapsed hints, in theory.md or in a visible test;
+* no summary cell (the closing "## Summary", "## What you built", ...) states an exercise's answer: a graded code
+  exercise's distinctive solution line, an equation or 8 consecutive words of a model answer or of theory.md's answer
+  blocks for that notebook, unless the student was given it before the first exercise.
 
 The snippets the text suggests to run are executed by tests/test_pipeline.py, in the kernel that validates the
 source notebook. Notebooks that fail a check today are listed in KNOWN_FAILING (xfail, strict: a listed notebook
@@ -38,6 +41,7 @@ KNOWN_FAILING = {
     "no_leaked_written_answer": set(),
     "no_package_twin_in_tests": set(),
     "no_leaked_solution_line": set(),
+    "no_answer_in_summary": set(),
 }
 # Suggested snippets that fail when run after the notebook (tests/test_pipeline.py reads this too).
 KNOWN_FAILING_SNIPPETS = set()
@@ -194,3 +198,41 @@ def test_package_twin_in_a_visible_test_is_found_and_other_package_calls_are_not
                  test_cell("block = tc.Block()\nassert_close(softmax(x), tc.layer_norm(x), 'another function')\n"
                            "y = block.softmax(x)\n### BEGIN HIDDEN TESTS\nassert tc.softmax(x) is not None\n### END HIDDEN TESTS\n"))
     assert checks.twin_in_visible_tests("nb", fine) == [], "a method of an object, another function or a hidden test"
+
+
+def test_answer_in_a_summary_is_found_by_formula_code_and_words():
+    theory = ("<details><summary>The trick (after notebook 07, Exercise 1)</summary>\n\n$$\n"
+              "\\bar x = r\\,\\bigl(g - \\hat x\\, m\\bigr), \\qquad \\bar w = \\sum \\bar y \\odot \\hat x\n$$\n</details>\n"
+              "<details><summary>Another (after notebook 08, Exercise 1)</summary>\n\n$$\nq = k + v_0\n$$\n</details>")
+    sol = "def f(x):\n    ### BEGIN SOLUTION\n    return x * np.sqrt(np.mean(x * x, axis=-1))\n    ### END SOLUTION\n"
+    question = md("### Question (written answer)\n\nWhy does the gradient have no mean term here?")
+    answer = md("*Model answer.* Nothing is subtracted in the forward pass, so no centring path reaches the input.",
+                solution=True, grade=True, grade_id="w", points=1)
+
+    def notebook(summary, above="Some context."):
+        return nb_of(md(above), md("### Exercise 1 — `f`\n\nWrite `f`, the gradient, in one line of NumPy."),
+                     solution(sol), test_cell("assert f(1) == 1, 'f(1)'"), md("**Reading.** It works."),
+                     question, answer, md(summary))
+
+    clean = notebook("## Summary\n\n* You derived the gradient of the norm (Exercise 1): one path fewer.")
+    assert checks.leaked_in_summary("07_nb", clean, theory) == []
+    formula = checks.leaked_in_summary("07_nb", notebook("## Summary\n\n* The gradient: $\\bar x = r(g - \\hat x m)$."),
+                                       theory)
+    assert len(formula) == 1 and "answer block of theory.md's equation" in formula[0], formula
+    assert checks.leaked_in_summary("08_nb", notebook("## Summary\n\n$\\bar x = r(g - \\hat x m)$"), theory) == [], \
+        "only this notebook's answer blocks are its answers"
+    given = notebook("## Summary\n\n* The gradient: $\\bar x = r(g - \\hat x m)$.", above="We use $\\bar x=r(g-\\hat x m)$.")
+    assert checks.leaked_in_summary("07_nb", given, theory) == [], "given before the first exercise: no answer"
+    code_line = checks.leaked_in_summary(
+        "07_nb", notebook("## What you built\n\n* `f` is `x * np.sqrt(np.mean(x * x, axis=-1))`."), theory)
+    assert len(code_line) == 1 and "solution of f" in code_line[0], code_line
+    prose = checks.leaked_in_summary(
+        "07_nb", notebook("## Summary\n\nNothing is subtracted in the forward pass, so no centring path reaches it."),
+        theory)
+    assert len(prose) == 1 and "model answer of w" in prose[0] and "runs of 8 words" in prose[0], prose
+    not_a_summary = notebook("## 7. Recap: saturation\n\n$\\bar x = r(g - \\hat x m)$")
+    assert checks.summary_cells(not_a_summary) == [] and checks.leaked_in_summary("07_nb", not_a_summary, theory) == []
+    assert checks.equations("$alpha = beta = gamma\\,delta$, and $x = 1$") == \
+        {("alpha", "beta"), ("alpha", "gammadelta"), ("beta", "gammadelta")}, "a chain gives every pair; x = 1 is notation"
+    assert checks.equations("$$\nalpha = beta \\qquad gamma = \\left(delta\\right)\n$$") == \
+        {("alpha", "beta"), ("(delta)", "gamma")}, "\\qquad separates equations; blanks and sizing do not count"

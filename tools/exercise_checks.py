@@ -1,6 +1,6 @@
 """Checks that an exercise teaches (issue 28): no bare assertions a student can hit, every numbered case of a
 visible test asserted, every exercise heading followed by its task, every code suggestion in the text runnable,
-no answer above its question.
+no answer above its question, and none in a closing summary.
 
     python tools/exercise_checks.py            # report every notebook (what tests/test_exercises_teach.py checks)
     python tools/exercise_checks.py 02_scaling
@@ -418,6 +418,105 @@ def leaked_solution_lines(name: str, nb, theory: str | None = None) -> list[str]
     return found
 
 
+# ----------------------------------------------------------------------------------- 6. no answer in a summary
+# A notebook's closing recap: a markdown cell whose heading is exactly one of these titles ("## Summary").
+SUMMARY_HEADING = re.compile(r"^#{1,4}[ \t]+(?:Summary|Recap|What you (?:built|learned|learnt)|Takeaways?)[ \t]*[.:]?[ \t]*$",
+                             re.M | re.I)
+MIN_FORMULA_CHARS = 8     # an equation shorter than this, both sides together and blanks removed, is notation (B=0)
+
+
+def summary_cells(nb) -> list[int]:
+    return [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and not is_written_answer(c)
+            and SUMMARY_HEADING.search(c.source)]
+
+
+def notebook_number(name: str) -> int | None:
+    m = re.match(r"(\d+)_", name)
+    return int(m.group(1)) if m else None
+
+
+def theory_answers(name: str, theory_full: str) -> list[str]:
+    """The bodies of theory.md's answer blocks for this notebook ("(after notebook NN ...)": course.ANSWER_BLOCK)."""
+    number = notebook_number(name)
+    return [m.group(3) for m in course.ANSWER_BLOCK.finditer(theory_full) if int(m.group(2)) == number]
+
+
+def _split_top(text: str, separators: str) -> list[str]:
+    """``text`` cut at the characters of ``separators`` that stand outside (), [] and {}."""
+    parts, depth, start = [], 0, 0
+    for k, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch in separators and depth == 0:
+            parts.append(text[start:k])
+            start = k + 1
+    return parts + [text[start:]]
+
+
+def equations(text: str) -> set[tuple[str, str]]:
+    """Every equation the LaTeX maths of ``text`` states, as an (unordered) pair of sides with blanks, spacing and
+    sizing commands removed: ``$a = b = c, \\quad d = e$`` states a=b, a=c, b=c and d=e."""
+    display = re.findall(r"\$\$(.*?)\$\$", text, flags=re.S)
+    rest = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
+    inline = re.findall(r"(?<!\\)\$([^$\n]+?)(?<!\\)\$", rest)
+    found = set()
+    for segment in display + inline:
+        segment = re.sub(r"\\(?:left|right|[bB]igg?[lr]?|textstyle|displaystyle)(?![A-Za-z])|\\[,;:! ]|&", "", segment)
+        for chain in _split_top(re.sub(r"\\q?quad(?![A-Za-z])|\\\\", "\x00", segment), "\x00,;"):
+            sides = [re.sub(r"\s+", "", s).rstrip(".") for s in _split_top(chain, "=")]
+            sides = [s for s in sides if s]
+            for a in range(len(sides)):
+                for b in range(a + 1, len(sides)):
+                    if len(sides[a]) + len(sides[b]) >= MIN_FORMULA_CHARS:
+                        found.add(tuple(sorted((sides[a], sides[b]))))
+    return found
+
+
+def leaked_in_summary(name: str, nb, theory_full: str | None = None) -> list[str]:
+    """A summary cell must not state an exercise's answer: none of a graded code exercise's distinctive solution
+    lines, no equation of a model answer or of theory.md's answer blocks for this notebook, no SHARED_WORDS
+    consecutive words of them. What the student is given before answering (the student theory.md, the notebook
+    above its first exercise, a written question's own text) is not an answer."""
+    summaries = summary_cells(nb)
+    if not summaries:
+        return []
+    theory_full = THEORY.read_text(encoding="utf-8") if theory_full is None else theory_full
+    solutions = [i for i, c in enumerate(nb.cells) if is_solution_code(c) or is_written_answer(c)]
+    given = course.student_text("theory.md", theory_full) + "\n" + text_above(nb, solutions[0] if solutions else 0,
+                                                                                collapsed=False)
+    given_words, given_equations = ngrams(words(given), SHARED_WORDS), equations(given)
+    lines, answers = [], []                       # (where, text) of what answers an exercise
+    for i, cell in enumerate(nb.cells):
+        if is_solution_code(cell):
+            m = re.search(r"### BEGIN SOLUTION(.*?)### END SOLUTION", cell.source, re.S)
+            lines += [(f"the solution of {meta(cell).get('grade_id', i)}", line)
+                      for line in (distinctive_lines(m.group(1)) if m else [])]
+        elif is_written_answer(cell) and MODEL_ANSWER_CELL.search(cell.source):
+            answers.append((f"the model answer of {meta(cell).get('grade_id', i)}", cell.source,
+                            ngrams(words(question_prompt(nb, i)[1]), SHARED_WORDS)))
+    answers += [("an answer block of theory.md", body, set()) for body in theory_answers(name, theory_full)]
+    found = []
+    for i in summaries:
+        cell = nb.cells[i]
+        compact = re.sub(r"\s+", "", cell.source).replace('"', "'")
+        for where, line in lines:
+            if line in compact:
+                found.append(f"{label(name, i, cell)}: the summary states {where}: `{line}`")
+        summary_words, summary_equations = ngrams(words(cell.source), SHARED_WORDS), equations(cell.source)
+        for where, text, prompt in answers:
+            shared = sorted((ngrams(words(text), SHARED_WORDS) - given_words - prompt) & summary_words)
+            if shared:
+                found.append(f"{label(name, i, cell)}: the summary shares {len(shared)} runs of {SHARED_WORDS} words "
+                             f"with {where}, e.g. {' '.join(shared[0])!r}")
+            stated = sorted((equations(text) - given_equations) & summary_equations)
+            if stated:
+                found.append(f"{label(name, i, cell)}: the summary states {where}'s equation "
+                             f"{' = '.join(stated[0])!r}" + (f" and {len(stated) - 1} more" if len(stated) > 1 else ""))
+    return found
+
+
 # ----------------------------------------------------------------------------------- 7. no package twin in tests
 def asked_names(nb) -> set[str]:
     """The functions and classes the notebook's solution cells define: what the student writes."""
@@ -479,6 +578,7 @@ CHECKS = {
     "headings_state_task": headings_without_task,
     "no_leaked_written_answer": leaked_written_answers,
     "no_leaked_solution_line": leaked_solution_lines,
+    "no_answer_in_summary": leaked_in_summary,
     "no_package_twin_in_tests": twin_in_visible_tests,
 }
 
