@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .trusted import collect as collect_mod
 from .trusted import grading, late, report
-from .trusted.sandbox import Limits
+from .trusted.supervisor import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
 

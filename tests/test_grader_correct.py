@@ -26,14 +26,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 
 import correct_class  # noqa: E402
-from grader.trusted import sandbox  # noqa: E402
+from grader.trusted import supervisor  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
-    problem = sandbox.sandbox_problem()
+    problem = supervisor.sandbox_problem()
     if problem:
         pytest.skip(f"the grading sandbox is not available here: {problem}")
     env = dict(os.environ, COURSE_GRADING_SEED="20261203")

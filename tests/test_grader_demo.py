@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 
 import make_demo_class  # noqa: E402
-from grader.trusted import sandbox  # noqa: E402
+from grader.trusted import supervisor  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -101,7 +101,7 @@ def test_demo_fixtures_are_fresh():
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    problem = sandbox.sandbox_problem()
+    problem = supervisor.sandbox_problem()
     if problem:
         pytest.skip(f"the grading sandbox is not available here: {problem}")
     out = tmp_path_factory.mktemp("demo")

@@ -22,14 +22,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from grader.trusted import collect, compare, grading, notebooks, package, report  # noqa: E402
-from grader.trusted.sandbox import Limits, _Reader  # noqa: E402
+from grader.trusted.supervisor import Limits, _Reader  # noqa: E402
 
 NAME = "01_attention"
 
 
 @pytest.fixture(scope="module")
 def assignment():
-    from transformer_course.grading import CASES
+    from transformer_course_cases import CASES
 
     return notebooks.load_assignment(ROOT / "notebooks", NAME, CASES, ROOT / "exercises")
 
@@ -276,7 +276,8 @@ def test_sandbox_package_blocks_this_notebooks_functions(tmp_path, assignment):
     plan = package.plan_for(assignment, ROOT / "lib")
     assert plan.blocked_names == {"softmax", "scaled_dot_product_attention", "lookup_query"}
     dest = package.build_sandbox_package(ROOT / "lib", tmp_path / "pkg", plan, NAME)
-    assert not (dest / "transformer_course" / "grading" / "cases_01_attention.py").exists()
+    assert not (dest / "transformer_course_cases").exists(), "the hidden cases are never in the sandbox"
+    assert (dest / "transformer_course" / "grading.py").read_text() == package.SANDBOX_GRADING.read_text()
     out = _run_with_package(dest, (
         "import transformer_course as tc, numpy as np\n"
         f"assert tc.__file__.startswith({str(dest)!r})\n"
@@ -335,10 +336,52 @@ def test_blocked_functions_of_earlier_notebooks_stay_available(assignment):
     assert "transformer_course.attention" in plan.modules and plan.blocked == set()
 
 
+def _plan_with_earlier(name):
+    from transformer_course_cases import CASES
+
+    a = notebooks.load_assignment(ROOT / "notebooks", name, CASES, ROOT / "exercises")
+    earlier = [notebooks.load_assignment(ROOT / "notebooks", e, CASES)
+               for e in sorted(p.name for p in (ROOT / "notebooks").iterdir() if p.name[:2].isdigit()) if e < name]
+    return package.plan_for(a, ROOT / "lib", earlier)
+
+
+def test_the_exercises_and_their_twins_are_blocked_not_what_the_references_use(tmp_path):
+    """The block rule reads the solution cells and the declared twins, not the references: 03's reference
+    runs MultiHeadAttention (multi_head_attention's declared twin: blocked in 03), 08's run
+    MultiHeadAttention, causal_self_attention and TransformerDecoderBlock -- in 08 only the exercise's
+    same-named twin causal_self_attention is blocked, and the blocks built on it still work."""
+    from transformer_course_cases import CASES, TWINS
+
+    assert TWINS["multi_head_attention"] == ("MultiHeadAttention",)
+    assert CASES["multihead.mha"].reference.__globals__["MultiHeadAttention"].__name__ == "MultiHeadAttention"
+    three = _plan_with_earlier("03_multihead")
+    assert "MultiHeadAttention" in three.blocked_names
+    assert "scaled_dot_product_attention" not in three.blocked_names     # 01's exercise, given in 03
+    dest = package.build_sandbox_package(ROOT / "lib", tmp_path / "pkg03", three, "03_multihead")
+    out = _run_with_package(dest, (
+        "import numpy as np, transformer_course as tc\n"
+        "try:\n    tc.MultiHeadAttention(4, 2, rng=np.random.default_rng(0))\n"
+        "except NotImplementedError as e:\n    assert 'not available while grading' in str(e)\n"
+        "else:\n    raise SystemExit('the twin is reachable')\nprint('ok')\n"))
+    assert out.stdout.strip() == "ok", out.stderr
+
+    eight = _plan_with_earlier("08_decoder")
+    assert "causal_self_attention" in eight.blocked_names
+    assert not eight.blocked_names & {"MultiHeadAttention", "TransformerDecoderBlock", "DecoderLM", "KVCache"}
+    dest = package.build_sandbox_package(ROOT / "lib", tmp_path / "pkg08", eight, "08_decoder")
+    out = _run_with_package(dest, (
+        "import numpy as np, transformer_course as tc\nfrom transformer_course.decoder import DecoderLM\n"
+        "lm = DecoderLM.random(vocab_size=7, d_model=8, n_heads=2, n_layers=1, max_len=9, rng=np.random.default_rng(1))\n"
+        "assert lm.logits(np.array([1, 2, 3])).shape == (3, 7)\n"
+        "try:\n    tc.decoder.causal_self_attention(lm.blocks[0].self_attention, np.zeros((2, 8)))\n"
+        "except NotImplementedError:\n    print('ok')\n"))
+    assert out.stdout.strip() == "ok", out.stderr
+
+
 def test_what_the_solution_uses_is_never_blocked(tmp_path):
     """Notebook 07's solution uses layer_norm and TransformerEncoderBlock, which call the private
     argument checks: nothing of that is blocked (issue 12: a correct 07 lost 6 points)."""
-    from transformer_course.grading import CASES
+    from transformer_course_cases import CASES
 
     name = "07_pretrained_minilm"
     a = notebooks.load_assignment(ROOT / "notebooks", name, CASES, ROOT / "exercises")
@@ -353,7 +396,7 @@ def test_sandbox_package_ships_the_data_files_its_modules_name(tmp_path):
     """Notebook 09 compares the model with a stored reference (smollm2_reference.npz, named by
     smollm2_reference.py): the sandbox's copy holds it, so that cell runs while grading (trial 09:
     FileNotFoundError, then six NameErrors in a correct submission's feedback)."""
-    from transformer_course.grading import CASES
+    from transformer_course_cases import CASES
 
     name = "09_llm"
     a = notebooks.load_assignment(ROOT / "notebooks", name, CASES, ROOT / "exercises")
@@ -810,7 +853,7 @@ def test_stripped_metadata_tests_run_where_they_were_not_after_a_scratch_cell(as
 def test_helpers_a_solution_defines_inside_its_function_are_blocked_too():
     """Notebook 07's encode_long_document splits into document_windows and max_context_owner, defined
     inside the solution; the package's functions of those names would hand a student the hard part."""
-    from transformer_course.grading import CASES
+    from transformer_course_cases import CASES
 
     a = notebooks.load_assignment(ROOT / "notebooks", "07_pretrained_minilm", CASES, ROOT / "exercises")
     blocked = {n for _, n in package.plan_for(a, ROOT / "lib").blocked}

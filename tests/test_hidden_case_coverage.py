@@ -37,8 +37,8 @@ import pkgutil
 import numpy as np
 import pytest
 
-import transformer_course.grading as grading
-from transformer_course.grading import CASES, hidden_case
+import transformer_course_cases as grading
+from transformer_course_cases import CASES, hidden_case
 from transformer_course.generation import sampling_probabilities
 from transformer_course.softmax import softmax
 

@@ -309,8 +309,8 @@ def test_the_stored_reference_matches_a_live_run(reference):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from transformer_course.grading import hidden_case  # noqa: E402
-from transformer_course.grading.cases_07_pretrained_minilm import LONG_LAYOUTS, fake_window_encoder  # noqa: E402
+from transformer_course_cases import hidden_case  # noqa: E402
+from transformer_course_cases.cases_07_pretrained_minilm import LONG_LAYOUTS, fake_window_encoder  # noqa: E402
 
 
 def where_read(n, window, stride):

@@ -1,4 +1,4 @@
-"""transformer_course.testing (rel_error, assert_close) and transformer_course.grading (hidden cases)."""
+"""transformer_course.testing (rel_error, assert_close) and transformer_course_cases (hidden cases)."""
 
 import os
 import warnings
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from transformer_course import attention_scores, scaled_dot_product_attention, softmax
-from transformer_course import grading
-from transformer_course.grading import CASES, EXPORT_ENV, SEED_ENV, case_rng, grading_seed, hidden_case
+import transformer_course_cases as grading
+from transformer_course_cases import CASES, EXPORT_ENV, SEED_ENV, case_rng, grading_seed, hidden_case
 from transformer_course.testing import assert_close, rel_error
 
 

@@ -1,6 +1,6 @@
 """``transformer_course.grading`` as the sandbox sees it (export only).
 
-The grader copies this file over ``transformer_course/grading/__init__.py`` in
+The grader copies this file over ``transformer_course/grading.py`` in
 the copy of the package that the sandboxed run imports. It has no case
 generators and no reference implementation: ``hidden_case(id)`` reads the
 inputs that the trusted grader drew and wrote to ``COURSE_GRADING_INPUTS``,

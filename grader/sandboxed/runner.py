@@ -16,7 +16,7 @@ references it computes itself.
 
 Only the standard library and IPython are used here; the file is copied into
 the sandbox, run with the course's virtual environment, as an unprivileged
-user, in a private mount/network/PID namespace (see grader/trusted/sandbox.py).
+user, in a private mount/network/PID namespace (see grader/trusted/supervisor.py).
 """
 
 import gc

@@ -71,7 +71,7 @@ class Prepared:
 
 def prepare_cases(case_ids, seed: int, folder: Path) -> Prepared:
     """Draw every case's inputs, write them to ``folder`` for the sandbox, compute the references."""
-    from transformer_course.grading import hidden_case
+    from transformer_course_cases import hidden_case
 
     folder.mkdir(parents=True, exist_ok=True)
     manifest, expected, names, tol = {}, {}, {}, {}

@@ -1,7 +1,7 @@
 """Run the grader's sandboxes on a Dask cluster: ``python -m grader grade --scheduler ADDRESS``.
 
 Only one step of grading moves: the sandbox run of one rebuilt notebook
-(``sandbox.run_in_sandbox``). Everything that decides a grade stays on the trusted
+(``supervisor.run_in_sandbox``). Everything that decides a grade stays on the trusted
 side, in the ``python -m grader grade`` process, exactly as in a local run:
 
     trusted side (grading.py)                      a Dask worker (this module)
@@ -11,7 +11,7 @@ side, in the ``python -m grader grade`` process, exactly as in a local run:
     compute the references (kept here)
     job + inputs + submission files  ---------->   unpack into a root-only folder
     + the sandbox's package copy (once)            run_in_sandbox: the worker's own zygote and
-                                                   sandbox user, namespaces, limits (sandbox.py)
+                                                   sandbox user, namespaces, limits (supervisor.py, sandbox_users.py)
     compare the exports with the references <----  Execution + exported files (bytes, read
     score, feedback, table                         after the sandbox is dead, bounded)
 
@@ -19,7 +19,7 @@ The worker never sees the seed or a reference: it receives what the sandbox woul
 anyway (the job, the drawn inputs, the submission) and returns what the sandbox exported.
 A worker must run as root on a machine with the grader's Debian tools (util-linux,
 passwd), like the local grader; each worker process holds a run-owned sandbox slot
-(``sandbox.allocate_users``: a lock under /run, user ``tcsandboxN``, shared with no other run
+(``sandbox_users.allocate_users``: a lock under /run, user ``tcsandboxN``, shared with no other run
 on that machine) and grades with its own warm zygote.
 
 The scheduler's address is the only change between a LocalCluster on this machine
@@ -40,7 +40,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import sandbox
+from . import sandbox_users, supervisor
 
 PLUGIN_NAME = "course-grader-sandbox"
 
@@ -69,18 +69,18 @@ class WorkerSandbox:
     """What one worker process needs to run sandboxes: a slot, its user, a warm zygote."""
 
     def __init__(self) -> None:
-        problem = sandbox.sandbox_problem()
+        problem = supervisor.sandbox_problem()
         if problem:
             raise RuntimeError(f"this Dask worker cannot grade: {problem}")
-        # The same run-owned slots as a local grading run (sandbox.allocate_users): no other run
+        # The same run-owned slots as a local grading run (sandbox_users.allocate_users): no other run
         # on this machine, local or a worker, uses this uid while the worker holds it.
-        self._held = sandbox.allocate_users(1)
+        self._held = sandbox_users.allocate_users(1)
         self.user = self._held.users[0]
-        self.slot = int(self.user[0].removeprefix(sandbox.USER_PREFIX))
+        self.slot = int(self.user[0].removeprefix(sandbox_users.USER_PREFIX))
         self.run_dir = Path(tempfile.mkdtemp(prefix="tc-grader-dask-"))
         os.chmod(self.run_dir, 0o700)
-        self.font_cache = sandbox.font_cache_file()
-        self.zygote = sandbox.Zygote(self.run_dir, self.slot, self.font_cache)
+        self.font_cache = supervisor.font_cache_file()
+        self.zygote = supervisor.Zygote(self.run_dir, self.slot, self.font_cache)
         self.packages: dict[str, Path] = {}
         self.lock = threading.Lock()                  # one sandbox at a time per worker process
         self.jobs = 0
@@ -99,20 +99,20 @@ class WorkerSandbox:
             if self.zygote.proc.poll() is not None:       # a zygote in doubt is replaced
                 self.zygote.close()
                 self.jobs += 1
-                self.zygote = sandbox.Zygote(self.run_dir, self.slot + 100 * self.jobs, self.font_cache)
+                self.zygote = supervisor.Zygote(self.run_dir, self.slot + 100 * self.jobs, self.font_cache)
             pkg_dir = self.package(payload["pkg_digest"], payload["pkg"])
             job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=self.run_dir))
             try:
                 unpack(payload["inputs"], job_dir / "inputs")
                 unpack(payload["files"], job_dir / "files")
-                return sandbox.run_in_sandbox(job=payload["job"], job_dir=job_dir, pkg_dir=pkg_dir, user=self.user,
+                return supervisor.run_in_sandbox(job=payload["job"], job_dir=job_dir, pkg_dir=pkg_dir, user=self.user,
                                               limits=payload["limits"], venv=Path(sys.prefix), zygote=self.zygote)
             finally:
                 shutil.rmtree(job_dir, ignore_errors=True)
 
     def close(self) -> None:
         self.zygote.close()
-        sandbox.kill_user_processes(self.user[1])
+        sandbox_users.kill_user_processes(self.user[1])
         shutil.rmtree(self.run_dir, ignore_errors=True)
         self._held.release()
 
@@ -150,7 +150,7 @@ def run_job(payload: dict):
 
 # --------------------------------------------------------------------------- the trusted side
 class RemoteSandbox:
-    """A stand-in for ``sandbox.run_in_sandbox`` that runs each job on the cluster at ``address``."""
+    """A stand-in for ``supervisor.run_in_sandbox`` that runs each job on the cluster at ``address``."""
 
     def __init__(self, address: str, timeout: float = 30.0) -> None:
         from distributed import Client
@@ -173,7 +173,7 @@ class RemoteSandbox:
             return self._packages[pkg_dir]
 
     def run(self, *, job: dict, job_dir: Path, pkg_dir: Path, user, limits, venv, zygote):
-        """Same arguments and result as ``sandbox.run_in_sandbox``; ``user``, ``venv`` and
+        """Same arguments and result as ``supervisor.run_in_sandbox``; ``user``, ``venv`` and
         ``zygote`` are the worker's own and ignored here."""
         digest, blob = self._package(pkg_dir)
         payload = {"job": job, "inputs": pack(job_dir / "inputs"), "files": pack(job_dir / "files"),

@@ -92,7 +92,7 @@ def push(*, course: grading.Course, grades: Path, db_url: str | None = None, cou
          autograded: Path | None = None) -> int:
     import nbformat
     from nbgrader.api import Gradebook
-    from transformer_course.grading import CASES
+    from transformer_course_cases import CASES
 
     os.environ["PATH"] = f"{Path(sys.prefix) / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
     default_url, default_id = course_settings(course.root)

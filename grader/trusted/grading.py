@@ -23,9 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import compare, late, notebooks, package, sandbox
+from . import compare, late, notebooks, package, sandbox_users, supervisor
 from .store import safe_name
-from .sandbox import Limits
+from .supervisor import Limits
 
 # Statuses of a row in the grade table (README, "Grading").
 GRADED = "graded"
@@ -181,7 +181,7 @@ def reference_uses(cells: list[notebooks.ExecCell], blocked_names: set[str]) -> 
 
 
 # --------------------------------------------------------------------------- one submission
-def _outcome_status(execution: sandbox.Execution) -> tuple[str | None, list[str]]:
+def _outcome_status(execution: supervisor.Execution) -> tuple[str | None, list[str]]:
     """The abnormal status of a run (None when it ran normally) and what to say about it."""
     notes: list[str] = []
     soft = memory = procs = None
@@ -232,8 +232,8 @@ class Plan:
 
 
 def grade_submission(sub: Submission, plan: Plan, *, run_seed: int, run_dir: Path, user, limits: Limits,
-                     venv: Path, zygote: sandbox.Zygote,
-                     run=sandbox.run_in_sandbox) -> dict:   # [dask hook] run: where the sandbox runs
+                     venv: Path, zygote: supervisor.Zygote,
+                     run=supervisor.run_in_sandbox) -> dict:   # [dask hook] run: where the sandbox runs
     """Rebuild, run in the sandbox, compare: the result record of one submission."""
     a = plan.assignment
     t0 = time.monotonic()
@@ -380,7 +380,7 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
                 limits: Limits | None = None, progress: bool = True, log=print,
                 scheduler: str | None = None) -> dict:   # [dask hook] scheduler: a Dask cluster runs the sandboxes
     """Grade every submission under ``submitted`` into ``grades``; return the run's summary."""
-    from transformer_course.grading import CASES
+    from transformer_course_cases import CASES
 
     limits = limits or Limits()
     # [dask hook] with a scheduler, the sandboxes run on the cluster's workers (grader/trusted/dask_backend.py)
@@ -389,10 +389,10 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
         from .dask_backend import RemoteSandbox
         remote = RemoteSandbox(scheduler)
         workers = remote.slots()
-    problem = None if remote else sandbox.sandbox_problem()
+    problem = None if remote else supervisor.sandbox_problem()
     if problem:
         raise SystemExit(f"cannot grade: {problem}")
-    sandbox.private_mount_namespace()
+    supervisor.private_mount_namespace()
 
     submitted = Path(submitted).resolve()
     grades = Path(grades).resolve()
@@ -431,15 +431,15 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
             plans[name] = Plan(a, pkg_dir, pplan.blocked_names, pplan.unavailable)
         subs = discover(submitted, assignments, all_students)
         n_runnable = sum(1 for s in subs if s.status is None)
-        held = sandbox.allocate_users(max(1, min(workers, n_runnable))) if not remote else None   # [dask hook]
+        held = sandbox_users.allocate_users(max(1, min(workers, n_runnable))) if not remote else None   # [dask hook]
         users = held.users if held else []
         venv = Path(sys.prefix)
-        font_cache = sandbox.font_cache_file()
+        font_cache = supervisor.font_cache_file()
         slots: queue.Queue = queue.Queue()
         zygotes = []
         for slot, user in enumerate(users[:max(1, min(len(users), n_runnable))] if not remote else
                                     [None] * workers):   # [dask hook] no local zygote or user
-            z = sandbox.Zygote(run_dir, slot, font_cache) if not remote else None
+            z = supervisor.Zygote(run_dir, slot, font_cache) if not remote else None
             zygotes.append(z)
             slots.put([user, z, slot])
         bar = Progress(len(subs), enabled=progress)
@@ -455,14 +455,14 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
                 try:
                     record = grade_submission(sub, plan, run_seed=run_seed, run_dir=run_dir, user=user,
                                               limits=limits, venv=venv, zygote=zygote,
-                                              run=remote.run if remote else sandbox.run_in_sandbox)  # [dask hook]
+                                              run=remote.run if remote else supervisor.run_in_sandbox)  # [dask hook]
                 except Exception as exc:  # noqa: BLE001 -- one broken submission must not stop the class
                     record = not_run_record(sub, plan.assignment)
                     record["auto_status"] = SANDBOX_ERROR
                     record["details"].append(f"the grader failed on this submission: {type(exc).__name__}: {exc}")
                     if not remote:                                  # [dask hook] workers replace their own
                         zygote.close()                              # a zygote in doubt is replaced
-                        entry[1] = sandbox.Zygote(run_dir, slot + 100 * len(zygotes), font_cache)
+                        entry[1] = supervisor.Zygote(run_dir, slot + 100 * len(zygotes), font_cache)
                         zygotes.append(entry[1])
                 finally:
                     slots.put(entry)
@@ -479,7 +479,7 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
                 if z is not None:
                     z.close()
             for _, uid, _ in users:
-                sandbox.kill_user_processes(uid)
+                sandbox_users.kill_user_processes(uid)
             if held:
                 held.release()
             if remote:

@@ -16,17 +16,22 @@ any notebook added later, whatever its modules are called:
    package's ``__init__`` exports only the names whose module is there, and names
    the notebook for everything else.
 2. **Not what the notebook asks for.** Within that copy, every public function or
-   class that this notebook's hidden cases use as their reference, and every one
-   named like a function the notebook's solution cells define, keeps its name but
-   raises ``NotImplementedError`` -- except what an EARLIER notebook had the student
-   build, what NN's own solution cells call (both are given to the student), and what
-   those functions need in turn (read from their source): the tools a solution uses work.
-   Other cells that call this notebook's reference (a comparison cell) fail while grading,
+   class named like a function the notebook's solution cells define (the exercises, and
+   helpers a solution defines inside its function), and every package twin of an exercise
+   under another name that the hidden cases declare (``TWINS``: ``multi_head_attention`` ->
+   ``MultiHeadAttention``), keeps its name but raises ``NotImplementedError`` -- except what
+   an EARLIER notebook had the student build, what NN's own solution cells call (both are
+   given to the student), and what those functions need in turn (read from their source):
+   the tools a solution uses work. The hidden cases' references play no part: they may be
+   written with any concept module (they run outside the sandbox, with the full package).
+   Other cells that call this notebook's twin (a comparison cell) fail while grading,
    at no cost in points.
    Private helpers (``_checks``, names with a leading underscore) are never blocked:
    an argument check is not an answer.
-3. ``transformer_course/grading`` is replaced by grader/sandboxed/grading_module.py
-   (export only); the copy is byte-compiled, read-only, and the only course code the
+3. The hidden cases (the package ``transformer_course_cases``: generators and references)
+   are never copied; ``transformer_course/grading.py``, the module the notebooks import
+   ``hidden_case`` from, is replaced by grader/sandboxed/grading_module.py (export only).
+   The copy is byte-compiled, read-only, and the only course code the
    sandbox can see (the repository is not mounted there).
 4. **A copied module's data files come with it.** A file next to a copied module that the
    module names in a string constant (``Path(__file__).with_name("smollm2_reference.npz")``)
@@ -41,15 +46,14 @@ from __future__ import annotations
 
 import ast
 import compileall
-import inspect
 import re
 import shutil
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SANDBOX_GRADING = HERE.parent / "sandboxed" / "grading_module.py"
+CASES_PACKAGE = "transformer_course_cases"     # lib/transformer_course_cases: generators and references
 
 STUB = "raise NotImplementedError({msg!r})"
 MAGIC = re.compile(r"^[ \t]*[%!].*$", re.M)
@@ -264,67 +268,44 @@ def reached_from(code: CourseCode, start: set[tuple[str, str]], modules: set[str
 
 
 def _is_grading(module: str) -> bool:
+    """The hidden cases' package, and a package's ``grading`` module (what notebooks import it by)."""
     parts = module.split(".")
-    return len(parts) > 1 and parts[1] == "grading"
+    return parts[0] == CASES_PACKAGE or (len(parts) == 2 and parts[1] == "grading")
 
 
 # --------------------------------------------------------------------------- what is blocked
-def reference_names(case_specs) -> set[tuple[str, str]]:
-    """(module, name) of the public course functions/classes that these cases' references call."""
-    found: set[tuple[str, str]] = set()
-
-    def visit(func, depth):
-        if depth > 4 or not isinstance(func, types.FunctionType):
-            return
-        code = func.__code__
-        names = set(code.co_names)
-        stack = [c for c in code.co_consts if isinstance(c, types.CodeType)]
-        while stack:
-            inner = stack.pop()
-            names |= set(inner.co_names)
-            stack.extend(c for c in inner.co_consts if isinstance(c, types.CodeType))
-        for name in names:
-            obj = func.__globals__.get(name)
-            if obj is None:
-                continue
-            module = getattr(obj, "__module__", "") or ""
-            if ".grading" in module:
-                # helpers defined next to the cases (e.g. _sdpa_ref) are followed, not blocked
-                if isinstance(obj, types.FunctionType):
-                    visit(obj, depth + 1)
-                continue
-            if (inspect.isfunction(obj) or inspect.isclass(obj)) and not _private(module, obj.__name__):
-                found.add((module, obj.__name__))
-
-    for spec in case_specs:
-        visit(spec.reference, 0)
-    return found
-
-
 def _private(module: str, name: str) -> bool:
     return name.startswith("_") or any(part.startswith("_") for part in module.split("."))
 
 
-def _built_by(assignment, code: CourseCode) -> set[tuple[str, str]]:
-    """Public course functions/classes that an assignment has the student build."""
-    from transformer_course.grading import CASES
+def asked_names(assignment) -> set[str]:
+    """What an assignment has the student write: the names its solution cells define (the exercises,
+    and helpers a solution defines inside its function), and each exercise's package twins under
+    another name, as the hidden cases declare them (``TWINS`` in transformer_course_cases)."""
+    from transformer_course_cases import TWINS
 
-    found = {(m, n) for m, n in reference_names([CASES[c] for c in assignment.case_ids if c in CASES])
-             if m in code.files}
-    solution_names = {n for names in assignment.solution_names.values() for n in names}
+    names = {n for defined in assignment.solution_names.values() for n in defined}
     # Helpers a solution defines inside its function count too: a stub whose answer splits into
     # document_windows + max_context_owner must not find the package's versions of those.
-    solution_names |= {node.name for tree in _code_cells(assignment, kinds=("solution",)) for node in ast.walk(tree)
-                       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    names |= {node.name for tree in _code_cells(assignment, kinds=("solution",)) for node in ast.walk(tree)
+              if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return names | {twin for name in names for twin in TWINS.get(name, ())}
+
+
+def _built_by(assignment, code: CourseCode) -> set[tuple[str, str]]:
+    """(module, name) of the public course functions/classes that compute what an assignment asks for:
+    those named like its exercises or their declared twins (:func:`asked_names`). What the hidden
+    cases' references use plays no part: a reference may be written with any concept module."""
+    asked = asked_names(assignment)
+    found = set()
     for module in code.files:
         if _is_grading(module) or module.endswith("__main__"):
             continue
         for node in code.tree(module).body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
-                    and node.name in solution_names and not _private(module, node.name):
+                    and node.name in asked and not _private(module, node.name):
                 found.add((module, node.name))
     return found
-
 
 
 @dataclass
@@ -359,7 +340,8 @@ def plan_for(assignment, lib_dir: Path, earlier=()) -> PackagePlan:
     tools = {_resolve_name(code, names, aliases, n) for n in given}
     blocked -= reached_from(code, {t for t in tools if t is not None and t not in blocked}, modules)
     absent = {m for m in code.files if m not in modules and not _is_grading(m)}
-    unavailable = {name for pkg in code.packages for name, m in code.exports(pkg).items() if m in absent}
+    unavailable = {name for pkg in code.packages if not _is_grading(pkg)
+                   for name, m in code.exports(pkg).items() if m in absent}
     return PackagePlan(modules, blocked, absent, unavailable)
 
 
@@ -439,9 +421,9 @@ def build_sandbox_package(lib_dir: Path, dest: Path, plan: PackagePlan, notebook
             shutil.copyfile(data, out.parent / data.name)
     for package in code.packages:
         if f"{package}.grading" in code.files and package in plan.modules:
-            grading = dest / package / "grading"
-            grading.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(SANDBOX_GRADING, grading / "__init__.py")
+            grading = dest / code.files[f"{package}.grading"].relative_to(code.lib)   # grading.py or grading/__init__.py
+            grading.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(SANDBOX_GRADING, grading)
     compileall.compile_dir(str(dest), quiet=2, force=True)
     for path in [dest, *dest.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)

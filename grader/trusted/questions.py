@@ -140,7 +140,7 @@ class Questions:
     """The questions of the graded notebooks and what saving a page does."""
 
     def __init__(self, course, grades: Path, rebuild):
-        from transformer_course.grading import CASES
+        from transformer_course_cases import CASES
 
         from .notebooks import load_assignment
 

@@ -325,7 +325,7 @@ def _page(result: dict, name: str, flagged: list[Pair], threshold: float) -> str
 def run(course, submitted: Path, grades: Path, assignments: list[str] | None = None, *,
         threshold: float = THRESHOLD, with_course: bool = True, **options) -> list[dict]:
     """The report of every notebook with submissions (or those named) into grades/similarity/."""
-    from transformer_course.grading import CASES
+    from transformer_course_cases import CASES
 
     from .notebooks import load_assignment
 

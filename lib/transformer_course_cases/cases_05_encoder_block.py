@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..encoder import TransformerEncoderBlock
-from ..feedforward import PositionwiseFeedForward
-from ..normalization import layer_norm
+from transformer_course.encoder import TransformerEncoderBlock
+from transformer_course.feedforward import PositionwiseFeedForward
+from transformer_course.normalization import layer_norm
 from . import CASES, Case
 
 
@@ -164,3 +164,6 @@ COVERAGE = {
     # Fixed-rank parameters (no batch axes to cover); the probes x_hat are rank 3 and rank 2.
     "fold_layer_norm": {"cases": ("encoder.fold_layer_norm", "encoder.fold_layer_norm_square"), "requires": set()},
 }
+
+# The package's twins of the exercises under other names: the classes the references run.
+TWINS = {"feed_forward": ("PositionwiseFeedForward",), "encoder_block": ("TransformerEncoderBlock",)}

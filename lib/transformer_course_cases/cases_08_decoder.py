@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..attention import scaled_dot_product_attention
-from ..feedforward import PositionwiseFeedForward
-from ..generation import generate, sampling_probabilities
-from ..multihead import merge_heads, split_heads
-from ..normalization import layer_norm
-from ..softmax import softmax
+from transformer_course.decoder import KVCache, TransformerDecoderBlock, causal_self_attention
+from transformer_course.generation import generate, sampling_probabilities
+from transformer_course.multihead import MultiHeadAttention
+from transformer_course.softmax import softmax
 from . import CASES, Case
 
-# The references below are written with the pieces of notebooks 01-07 only, not with decoder.py:
-# the grader blocks whatever a notebook's references use (grader/package.py), and notebook 08's
-# demonstrations run decoder.py's DecoderLM and its blocks in the sandbox too.
+# The references run the package's decoder (decoder.py) and attention (multihead.py) with the
+# case's weights: the exercises take those weights as a params dict.
 
 _MHA_KEYS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
 
@@ -57,13 +54,10 @@ def _mha_params(rng, d_model):
     return params
 
 
-def _attend(query, key_value, p, n_heads, mask=None):
-    """Multi-head attention from ``query`` (..., n_q, d) to ``key_value`` (..., n_k, d) with the weights in ``p``."""
-    q = split_heads(query @ p["W_Q"] + p["b_Q"], n_heads)               # (..., h, n_q, d_head)
-    k = split_heads(key_value @ p["W_K"] + p["b_K"], n_heads)           # (..., h, n_k, d_head)
-    v = split_heads(key_value @ p["W_V"] + p["b_V"], n_heads)
-    heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)
-    return merge_heads(heads) @ p["W_O"] + p["b_O"], weights
+def _attention(p, n_heads):
+    """The package's MultiHeadAttention with the weights and biases of the params dict ``p``."""
+    attention = MultiHeadAttention(p["W_Q"].shape[0], n_heads, rng=np.random.default_rng(0))
+    return attention.set_weights(*(p[k] for k in _MHA_KEYS))
 
 
 def _causal_inputs(rng, lead, n_past, n_new):
@@ -79,14 +73,9 @@ def _causal_inputs(rng, lead, n_past, n_new):
 
 
 def _causal_ref(x, params, n_heads, cache=None):
-    q, k, v = (split_heads(x @ params[f"W_{n}"] + params[f"b_{n}"], n_heads) for n in "QKV")   # (..., h, n_new, d_head)
-    if cache is not None:
-        k = np.concatenate([cache[0], k], axis=-2)                      # (..., h, n_past + n_new, d_head)
-        v = np.concatenate([cache[1], v], axis=-2)
-    n_new, n_total = q.shape[-2], k.shape[-2]
-    mask = np.tril(np.ones((n_new, n_total), dtype=bool), k=n_total - n_new)   # query i at position n_past + i
-    heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)
-    return merge_heads(heads) @ params["W_O"] + params["b_O"], weights, k, v
+    past = None if cache is None else KVCache(*cache)                    # (..., h, n_past, d_head) each
+    output, weights, new = causal_self_attention(_attention(params, n_heads), x, past)
+    return output, weights, new.keys, new.values                         # keys, values (..., h, n_past + n_new, d_head)
 
 
 def _batch(rng):
@@ -123,8 +112,7 @@ def _cross_inputs(rng, batched):
 
 
 def _cross_ref(x, memory, params, n_heads, memory_mask=None):
-    mask = None if memory_mask is None else memory_mask[..., None, None, :]   # (..., 1, 1, n_enc)
-    return _attend(x, memory, params, n_heads, mask)
+    return _attention(params, n_heads)(x, memory, memory, key_padding_mask=memory_mask)   # mask (..., n_enc)
 
 
 CASES["decoder.cross_attention"] = Case(
@@ -158,30 +146,15 @@ def _block_inputs(rng, norm_first):
 
 def _block_ref(x, memory, params, n_heads, norm_first=False):
     d_model, d_ff = params["W_1"].shape
-    def self_attn(h, mask):
-        return _attend(h, h, params["self_attn"], n_heads, mask)
-
-    def cross_attn(h, mem):
-        return _attend(h, mem, params["cross_attn"], n_heads)
-
-    ffn = PositionwiseFeedForward(d_model, d_ff, rng=np.random.default_rng(0)).set_weights(
-        params["W_1"], params["b_1"], params["W_2"], params["b_2"])
-
-    def ln(h, i):
-        return layer_norm(h, params[f"ln{i}_gamma"], params[f"ln{i}_beta"])
-
-    causal = np.tril(np.ones((x.shape[-2], x.shape[-2]), dtype=bool))
-    if norm_first:
-        attended, self_w = self_attn(ln(x, 1), causal)
-        a = x + attended
-        crossed, cross_w = cross_attn(ln(a, 2), memory)
-        b = a + crossed
-        return b + ffn(ln(b, 3)), self_w, cross_w
-    attended, self_w = self_attn(x, causal)
-    a = ln(x + attended, 1)
-    crossed, cross_w = cross_attn(a, memory)
-    b = ln(a + crossed, 2)
-    return ln(b + ffn(b), 3), self_w, cross_w
+    block = TransformerDecoderBlock(d_model, n_heads, d_ff, rng=np.random.default_rng(0), norm_first=norm_first)
+    block.self_attention = _attention(params["self_attn"], n_heads)
+    block.cross_attention = _attention(params["cross_attn"], n_heads)
+    block.feed_forward.set_weights(params["W_1"], params["b_1"], params["W_2"], params["b_2"])
+    for i in (1, 2, 3):
+        setattr(block, f"ln{i}_gamma", params[f"ln{i}_gamma"])
+        setattr(block, f"ln{i}_beta", params[f"ln{i}_beta"])
+    output, self_weights, cross_weights, _ = block(x, memory)
+    return output, self_weights, cross_weights
 
 
 CASES["decoder.block_post_ln"] = Case(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..positional import decodable_range, decode_position, frequencies, positional_encoding, relative_shift_matrix
+from transformer_course.positional import decodable_range, decode_position, frequencies, positional_encoding, relative_shift_matrix
 from . import CASES, Case
 
 
@@ -111,3 +111,6 @@ COVERAGE = {
     "decode_position": {"cases": ("positional.decode", "positional.decode_noisy", "positional.decode_single"),
                         "requires": {"rank1", "rank2"}},
 }
+
+# The package's twin of shift_matrix under another name.
+TWINS = {"shift_matrix": ("relative_shift_matrix",)}

@@ -19,7 +19,7 @@ process that, before any student code runs:
   this file system at all;
 * sets resource limits (address space, processes, CPU seconds, file size, open
   files, no core dumps), drops the capability bounding set, switches to the
-  worker's unprivileged sandbox user (owned by this run alone, see SandboxUsers)
+  worker's unprivileged sandbox user (owned by this run alone, see sandbox_users.SandboxUsers)
   with no supplementary groups, sets no_new_privs, installs the seccomp filter
   (seccomp.py), and replaces the environment (HOME in /tmp; none of the
   instructor's variables);
@@ -32,15 +32,15 @@ through a pipe with caps per cell, per line and in total, times every chunk
 whole sandbox on a timeout or when the output exceeds the hard cap, and only
 once no process of the sandbox user is left reads what the run exported --
 regular files only, without following links, size-bounded.
+
+The sandbox's three jobs are three modules: this one (the limits, the mounts, the zygote and the
+supervisor of one run), sandbox_users.py (the run's sandbox users) and exports.py (reading the exports).
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pwd
-import stat as _stat
 import secrets
 import select
 import shutil
@@ -52,8 +52,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .exports import read_exports
+from .sandbox_users import kill_user_processes
+
 HERE = Path(__file__).resolve().parent
-USER_PREFIX = "tcsandbox"    # not the tcgrader<N> of graders before run-owned users: those kill by uid
 
 
 @dataclass
@@ -75,122 +77,6 @@ class Limits:
 
     def scaled_cpu(self) -> int:
         return int(max(self.cpu_seconds, 10))
-
-
-# --------------------------------------------------------------------------- users
-LOCK_DIR = Path("/run/tc-grader")     # root-only: one lock file per sandbox user
-MAX_SLOTS = 512
-
-
-@dataclass
-class SandboxUsers:
-    """Unprivileged users that belong to THIS grading run alone, for as long as it holds them.
-
-    Slot n is the system user ``tcsandbox<n>`` (created with useradd when missing). A run takes
-    a slot by holding an exclusive lock on /run/tc-grader/slot-<n>.lock; other runs on the host
-    (another course, another instructor, a --student regrade) skip locked slots, so no two runs
-    share a uid: killing "every process of the sandbox uid" and the per-uid process limit then
-    concern this run only. The kernel drops the locks when the run ends, however it ends.
-    """
-
-    users: list[tuple[str, int, int]]
-    fds: list[int]
-
-    def release(self) -> None:
-        for fd in self.fds:
-            os.close(fd)
-        self.fds = []
-
-
-def _lock_dir() -> Path:
-    LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = LOCK_DIR.lstat()
-    if not _stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-        raise RuntimeError(f"{LOCK_DIR} must be a directory owned by root, not writable by others")
-    return LOCK_DIR
-
-
-def _ensure_user(name: str) -> tuple[str, int, int]:
-    try:
-        entry = pwd.getpwnam(name)
-    except KeyError:
-        with open(_lock_dir() / "useradd.lock", "w") as lock:        # one useradd at a time on the host
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                entry = pwd.getpwnam(name)
-            except KeyError:
-                subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
-                                "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin",
-                                "--comment", "course autograder sandbox", name],
-                               check=True, capture_output=True)
-                entry = pwd.getpwnam(name)
-    if entry.pw_uid == 0 or entry.pw_gid == 0:
-        raise RuntimeError(f"sandbox user {name} has uid or gid 0")
-    return name, entry.pw_uid, entry.pw_gid
-
-
-def allocate_users(count: int) -> SandboxUsers:
-    """``count`` sandbox users that no other grading run on this host uses while this run lives."""
-    folder = _lock_dir()
-    users, fds = [], []
-    for slot in range(MAX_SLOTS):
-        if len(users) == count:
-            break
-        fd = os.open(folder / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        try:
-            user = _ensure_user(f"{USER_PREFIX}{slot}")
-            kill_user_processes(user[1])       # leftovers of a run that died: the slot is ours now
-        except BaseException:
-            os.close(fd)
-            raise
-        users.append(user)
-        fds.append(fd)
-    if len(users) < count:
-        for fd in fds:
-            os.close(fd)
-        raise RuntimeError(f"no free sandbox slot: {MAX_SLOTS} grading runs at once on this host?")
-    return SandboxUsers(users, fds)
-
-
-def processes_of(uid: int) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as fh:
-                for line in fh:
-                    if line.startswith("Uid:"):
-                        if int(line.split()[1]) == uid:
-                            pids.append(int(entry))
-                        break
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-    return pids
-
-
-def kill_user_processes(uid: int, wait: float = 5.0) -> int:
-    """SIGKILL every process running as the sandbox uid; return how many were found."""
-    deadline = time.monotonic() + wait
-    found = 0
-    while True:
-        pids = processes_of(uid)
-        if not pids:
-            return found
-        found = max(found, len(pids))
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"processes of sandbox uid {uid} survive SIGKILL: {pids}")
-        time.sleep(0.02)
 
 
 # --------------------------------------------------------------------------- mounts
@@ -504,7 +390,7 @@ def run_in_sandbox(*, job: dict, job_dir: Path, pkg_dir: Path, user: tuple[str, 
             "uid": uid, "gid": gid, "env": sandbox_env(venv), "timing": bool(os.environ.get("GRADER_TIMING")),
         }
         execution = _supervise(zygote, request, nonce, limits, uid)
-        files, refused = _read_exports(rw / "exports", uid)
+        files, refused = read_exports(rw / "exports", uid)
     finally:
         kill_user_processes(uid)
         umount(rw)
@@ -634,72 +520,6 @@ def _supervise(zygote: Zygote, request: dict, nonce: str, limits: Limits, uid: i
     running = [c.index for c in reader.cells.values() if c.started and not c.ended]
     return Execution(status, code, time.monotonic() - started, reader.cells, running[-1] if running else None,
                      detail, reader.preamble.decode("utf-8", errors="replace"), reader.dropped, reader.total)
-
-
-MAX_EXPORT_FILE = 64 << 20
-MAX_EXPORT_TOTAL = 256 << 20
-
-
-def _read_exports(folder: Path, uid: int) -> tuple[dict[str, bytes], dict[str, str]]:
-    """Regular files directly in the export folder, opened without following links, bounded.
-
-    Returns the files' bytes by name, and why other entries were refused (a link, a FIFO,
-    a device, a hard link, not the sandbox user's, too large).
-    """
-    import stat as _stat
-
-    out: dict[str, bytes] = {}
-    refused: dict[str, str] = {}
-    try:
-        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        return out, refused
-    total = 0
-    try:
-        for name in sorted(os.listdir(dfd))[:1000]:
-            if not (name.endswith(".npz") or name.endswith(".error.json")) or name.startswith("."):
-                continue
-            try:
-                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            except OSError:
-                continue
-            if not _stat.S_ISREG(st.st_mode):
-                kind = ("a symbolic link" if _stat.S_ISLNK(st.st_mode) else "a FIFO" if _stat.S_ISFIFO(st.st_mode)
-                        else "a directory" if _stat.S_ISDIR(st.st_mode) else "not a regular file")
-                refused[name] = f"the exported file is {kind}: refused"
-                continue
-            try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
-            except OSError as exc:
-                refused[name] = f"the exported file cannot be opened ({exc.strerror})"
-                continue
-            try:
-                st = os.fstat(fd)
-                if not _stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != uid:
-                    refused[name] = "the exported file is not a plain file written by the submission: refused"
-                    continue
-                if st.st_size > MAX_EXPORT_FILE or total + st.st_size > MAX_EXPORT_TOTAL:
-                    refused[name] = f"the exported file is too large ({st.st_size:,} bytes): refused"
-                    continue
-                chunks = []
-                remaining = st.st_size + 1
-                while remaining > 0:
-                    block = os.read(fd, min(remaining, 1 << 20))
-                    if not block:
-                        break
-                    chunks.append(block)
-                    remaining -= len(block)
-                data = b"".join(chunks)
-                if len(data) > st.st_size:
-                    refused[name] = "the exported file grew while it was read: refused"
-                    continue
-                total += len(data)
-                out[name] = data
-            finally:
-                os.close(fd)
-    finally:
-        os.close(dfd)
-    return out, refused
 
 
 def font_cache_file() -> Path | None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..attention import scaled_dot_product_attention
-from ..softmax import softmax
+from transformer_course.attention import scaled_dot_product_attention
+from transformer_course.softmax import softmax
 from . import CASES, Case
 
 

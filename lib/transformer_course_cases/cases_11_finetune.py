@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..llama import kv_head_gradient, rms_norm_backward, rope_backward
-from ..lora import lora_backward, lora_forward
+from transformer_course.llama import kv_head_gradient, rms_norm_backward, rope_backward
+from transformer_course.lora import lora_backward, lora_forward
 from . import CASES, Case
 
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..attention import scaled_dot_product_attention
-from ..multihead import head_bilinear_forms, merge_heads, split_heads
+from transformer_course.multihead import MultiHeadAttention, head_bilinear_forms, merge_heads, split_heads
 from . import CASES, Case
 
 
@@ -78,11 +77,8 @@ def _mha_inputs(rng, masked=False):
 
 
 def _mha_ref(X, W_Q, W_K, W_V, W_O, n_heads, mask=None):
-    q = split_heads(X @ W_Q, n_heads)                            # (b, h, n, d_head)
-    k = split_heads(X @ W_K, n_heads)
-    v = split_heads(X @ W_V, n_heads)
-    heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)
-    return merge_heads(heads) @ W_O, weights                     # (b, n, d_model), (b, h, n, n)
+    attention = MultiHeadAttention(X.shape[-1], n_heads, rng=np.random.default_rng(0), bias=False)
+    return attention.set_weights(W_Q, W_K, W_V, W_O)(X, mask=mask)   # (b, n, d_model), (b, h, n, n)
 
 
 CASES["multihead.mha"] = Case(lambda rng: _mha_inputs(rng), _mha_ref, ("output", "weights"),
@@ -125,3 +121,6 @@ COVERAGE = {
     "head_bilinear_forms": {"cases": ("multihead.bilinear_forms", "multihead.bilinear_forms_edge"),
                             "requires": set()},
 }
+
+# The package's twin of multi_head_attention under another name: the class the reference runs.
+TWINS = {"multi_head_attention": ("MultiHeadAttention",)}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..softmax import attention_entropy, softmax, softmax_jacobian
+from transformer_course.softmax import attention_entropy, softmax, softmax_jacobian
 from . import CASES, Case
 
 

@@ -1,4 +1,10 @@
-"""Hidden-test cases whose inputs are drawn at grading time.
+"""The notebooks' hidden-test cases, whose inputs are drawn at grading time.
+
+A package of its own, beside the concept package it checks: each notebook's cases
+(``cases_NN_*.py``: input generators and references) compute their references with the
+concept modules of ``transformer_course``. Notebooks reach it through the one module of
+the concept package that imports it, ``transformer_course.grading`` (``hidden_case``);
+the grader's sandbox never gets this package at all (grader/README.md, the package rule).
 
 The course repository is public, so the hidden tests' code is no secret. What
 keeps them meaningful is their input: each case draws it from a generator
@@ -28,7 +34,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..testing import assert_close
+from transformer_course.testing import assert_close
 
 SEED_ENV = "COURSE_GRADING_SEED"
 EXPORT_ENV = "COURSE_GRADING_EXPORT"
@@ -65,6 +71,10 @@ class Case:
 
 
 CASES: dict[str, Case] = {}
+# exercise -> the package's functions/classes that compute it under another name (its twins), from
+# each cases module's TWINS. The grader blocks these, and every package name an exercise has, in the
+# notebook's sandbox (grader/trusted/package.py); a same-named twin needs no entry.
+TWINS: dict[str, tuple[str, ...]] = {}
 
 
 @dataclass
@@ -118,7 +128,7 @@ def hidden_case(case_id: str, seed: int | None = None) -> HiddenCase:
     The autograder (grader/) calls this OUTSIDE the sandbox with its own secret seed,
     writes the inputs for the sandboxed run and compares what the run exported with
     ``expected()`` itself; inside the sandbox this module is replaced by an export-only
-    version that has no references (grader/sandbox_grading.py).
+    version that has no references (grader/sandboxed/grading_module.py).
     """
     if case_id not in CASES:
         raise KeyError(f"unknown hidden case {case_id!r}; known: {sorted(CASES)}")
@@ -136,7 +146,9 @@ def _load_case_modules() -> None:
 
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("cases_"):
-            importlib.import_module(f"{__name__}.{info.name}")
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            for exercise, twins in getattr(module, "TWINS", {}).items():
+                TWINS[exercise] = TWINS.get(exercise, ()) + tuple(twins)
 
 
 _load_case_modules()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backward import (
+from transformer_course.backward import (
     attention_backward,
     cross_entropy_backward,
     embedding_backward,
@@ -32,7 +32,7 @@ from ..backward import (
     layer_norm_backward,
     softmax_backward,
 )
-from ..softmax import softmax
+from transformer_course.softmax import softmax
 from . import CASES, Case
 
 
