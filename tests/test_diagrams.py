@@ -17,7 +17,7 @@ def _texts(fig):
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_block_labels_every_shape(norm_first):
-    fig = diagrams.encoder_block(n_heads=3, d_model=12, d_ff=40, norm_first=norm_first)
+    fig = diagrams.encoder_block_diagram(n_heads=3, d_model=12, d_ff=40, norm_first=norm_first)
     text = _texts(fig)
     assert "(b, n, 12)" in text and "(b, 3, n, 4)" in text and "(b, n, 40)" in text
     assert ("pre-LN" if norm_first else "post-LN") in text

@@ -455,3 +455,50 @@ def test_fold_bad_input(args, exc, match):
     with pytest.raises(exc, match=match):
         fold_layer_norm(*args)
 
+
+
+# -- the functional twins of notebook 05's exercises ----------------------------------------------
+def _block_params(block):
+    a, f = block.attention, block.feed_forward
+    return {"W_Q": a.W_Q, "W_K": a.W_K, "W_V": a.W_V, "W_O": a.W_O, "b_Q": a.b_Q, "b_K": a.b_K,
+            "b_V": a.b_V, "b_O": a.b_O, "W_1": f.W_1, "b_1": f.b_1, "W_2": f.W_2, "b_2": f.b_2,
+            "ln1_gamma": block.ln1_gamma, "ln1_beta": block.ln1_beta,
+            "ln2_gamma": block.ln2_gamma, "ln2_beta": block.ln2_beta}
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_block_is_the_class_from_a_dict(rng, norm_first):
+    from transformer_course import encoder_block
+
+    block = TransformerEncoderBlock(8, 2, 24, rng=rng, norm_first=norm_first)
+    for name in ("b_Q", "b_K", "b_V", "b_O"):
+        setattr(block.attention, name, rng.normal(size=8))         # non-zero biases must be used
+    block.ln1_gamma, block.ln2_beta = rng.normal(size=8), rng.normal(size=8)
+    x = rng.normal(size=(2, 5, 8))
+    out, w = encoder_block(x, _block_params(block), 2, norm_first=norm_first)
+    ref_out, ref_w = block(x)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(w, ref_w, rtol=1e-13, atol=1e-15)
+
+
+def test_encoder_block_names_a_missing_parameter(rng):
+    from transformer_course import encoder_block
+
+    params = _block_params(TransformerEncoderBlock(8, 2, rng=rng))
+    del params["ln2_beta"]
+    with pytest.raises(ValueError, match=r"params lacks \['ln2_beta'\]"):
+        encoder_block(np.zeros((3, 8)), params, 2)
+    with pytest.raises(TypeError, match="norm_first must be True or False"):
+        encoder_block(np.zeros((3, 8)), _block_params(TransformerEncoderBlock(8, 2, rng=rng)), 2, norm_first=1)
+
+
+def test_feed_forward_is_the_relu_class(rng):
+    from transformer_course import PositionwiseFeedForward, feed_forward
+
+    ffn = PositionwiseFeedForward(6, 10, rng=rng)
+    x = rng.normal(size=(3, 4, 6))
+    np.testing.assert_array_equal(feed_forward(x, ffn.W_1, ffn.b_1, ffn.W_2, ffn.b_2), ffn(x))
+    with pytest.raises(ValueError, match=r"W_2 must have shape \(10, 6\), got shape \(6, 10\)"):
+        feed_forward(x, ffn.W_1, ffn.b_1, ffn.W_1, ffn.b_2)
+    with pytest.raises(ValueError, match="x must have last dimension d_model=6"):
+        feed_forward(x[..., :5], ffn.W_1, ffn.b_1, ffn.W_2, ffn.b_2)

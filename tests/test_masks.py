@@ -138,3 +138,31 @@ def test_padding_mask_non_integer_lengths(lengths):
 def test_padding_mask_lengths_not_a_1d_sequence(lengths):
     with pytest.raises(ValueError, match=r"lengths must be a non-empty 1-D sequence of integers, got"):
         padding_mask(lengths, 4)
+
+
+# -- notebook 06's leaked_weight -------------------------------------------------------------------
+def test_leaked_weight_by_hand_and_zero_for_minus_inf():
+    from transformer_course import leaked_weight
+
+    scores = np.array([[0.0, 0.0], [2.0, 0.0]])
+    allowed = np.array([[True, False], [False, True]])
+    # row 0: e^-m / (1 + e^-m); row 1: blocked score 2 - m against 0
+    m = 3.0
+    expected = [np.exp(-m) / (1 + np.exp(-m)), np.exp(2 - m) / (np.exp(2 - m) + 1)]
+    np.testing.assert_allclose(leaked_weight(scores, allowed, -m), expected, rtol=1e-14)
+    np.testing.assert_array_equal(leaked_weight(scores, allowed, -np.inf), [0.0, 0.0])
+
+
+@pytest.mark.parametrize("mask_value", [0.0, 1.0, "big", True, np.nan])
+def test_leaked_weight_rejects_a_mask_value_that_is_no_penalty(mask_value):
+    from transformer_course import leaked_weight
+
+    with pytest.raises(ValueError, match="mask_value must be a negative number or -inf"):
+        leaked_weight(np.zeros((2, 2)), np.eye(2, dtype=bool), mask_value)
+
+
+def test_leaked_weight_needs_a_boolean_mask_of_the_scores_shape():
+    from transformer_course import leaked_weight
+
+    with pytest.raises(ValueError, match=r"allowed must be a boolean array of the shape of scores \(2, 2\)"):
+        leaked_weight(np.zeros((2, 2)), np.ones(2, dtype=bool), -1e4)

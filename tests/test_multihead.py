@@ -454,3 +454,28 @@ def test_bilinear_forms_reproduce_each_heads_scores(data, n_heads, d_head, n):
 def test_bilinear_forms_bad_input(args, exc, match):
     with pytest.raises(exc, match=match):
         head_bilinear_forms(*args)
+
+
+# -- the functional twin of notebook 03's exercise ------------------------------------------------
+def test_multi_head_attention_is_the_class_without_biases(rng):
+    from transformer_course import multi_head_attention
+
+    d, h = 12, 3
+    mha = MultiHeadAttention(d, h, rng=rng, bias=False)
+    X = rng.normal(size=(2, 5, d))
+    mask = np.tril(np.ones((5, 5), dtype=bool))
+    out, w = multi_head_attention(X, mha.W_Q, mha.W_K, mha.W_V, mha.W_O, h, mask=mask)
+    ref_out, ref_w = mha(X, mask=mask)
+    np.testing.assert_array_equal(out, ref_out)       # one computation, so the same bits
+    np.testing.assert_array_equal(w, ref_w)
+    assert w.shape == (2, h, 5, 5) and np.allclose(np.triu(w[0, 0], 1), 0), "the mask applies per head"
+
+
+def test_multi_head_attention_names_a_bad_weight(rng):
+    from transformer_course import multi_head_attention
+
+    X, W = rng.normal(size=(4, 8)), rng.normal(size=(8, 8))
+    with pytest.raises(ValueError, match=r"W_V must have shape \(8, 8\), got shape \(8, 6\)"):
+        multi_head_attention(X, W, W, W[:, :6], W, 2)
+    with pytest.raises(ValueError, match="divisible by n_heads=3"):
+        multi_head_attention(X, W, W, W, W, 3)

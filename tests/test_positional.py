@@ -227,3 +227,11 @@ def test_decode_bad_input(pe, exc, match):
     with pytest.raises(exc, match=match):
         decode_position(pe)
 
+
+
+def test_shift_matrix_is_notebook_04s_name_of_the_rotation():
+    from transformer_course import shift_matrix
+
+    np.testing.assert_array_equal(shift_matrix(3, 8), relative_shift_matrix(3, 8))
+    pe = positional_encoding(20, 8)
+    np.testing.assert_allclose(pe[4] @ shift_matrix(-3, 8), pe[1], atol=1e-12)

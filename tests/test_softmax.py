@@ -171,7 +171,7 @@ def test_axis_must_be_an_integer(axis):
 
 
 # -- softmax_jacobian and attention_entropy (notebook 02) ------------------------------------
-from transformer_course import attention_entropy, softmax_jacobian  # noqa: E402
+from transformer_course import attention_entropy, softmax_backward, softmax_jacobian  # noqa: E402
 
 
 def test_softmax_jacobian_matches_finite_differences():
@@ -198,7 +198,19 @@ def test_softmax_jacobian_vanishes_when_saturated():
 def test_attention_entropy_known_values():
     np.testing.assert_allclose(attention_entropy(np.full((2, 4), 0.25)), [np.log(4)] * 2)
     assert attention_entropy(np.array([0.0, 1.0, 0.0])) == 0.0
-    np.testing.assert_allclose(attention_entropy(np.array([[0.5, 0.5], [0.5, 0.5]]).T, axis=0), [np.log(2)] * 2)
+    np.testing.assert_allclose(attention_entropy(np.array([[0.9, 0.1, 0.0], [0.5, 0.5, 0.0]])),
+                               [-0.9 * np.log(0.9) - 0.1 * np.log(0.1), np.log(2)], rtol=1e-14)
+
+
+def test_softmax_backward_is_the_jacobian_product(rng):
+    p = softmax(rng.normal(0, 2, (3, 4, 6)))
+    p[0, 0] = [0.0, 1.0, 0.0, 0.0, 0.0, 0.0]                   # saturated: the gradient is exactly 0
+    g = rng.normal(2.0, 1.0, p.shape)
+    expected = np.einsum("...ij,...i->...j", softmax_jacobian(p), g)
+    np.testing.assert_allclose(softmax_backward(p, g), expected, rtol=1e-12, atol=1e-15)
+    assert not softmax_backward(p, g)[0, 0].any(), "a one-hot row passes no gradient"
+    with pytest.raises(ValueError, match=r"g must have the shape of p \(3, 4, 6\), got shape \(4, 6\)"):
+        softmax_backward(p, g[0])
 
 
 def test_attention_entropy_and_jacobian_reject_bad_input():

@@ -157,9 +157,9 @@ def source_notebooks(root: Path = ROOT) -> list[str]:
                   if p.stem == p.parent.name and ".ipynb_checkpoints" not in p.parts)
 
 
-def exercises(notebook: Path) -> list[str]:
-    """The public functions and classes the notebook's solution cells define, in order."""
-    names = []
+def exercise_definitions(notebook: Path) -> list[ast.FunctionDef | ast.ClassDef]:
+    """The public functions and classes the notebook's solution cells define (their `ast` nodes), in order."""
+    nodes = []
     for cell in json.loads(notebook.read_text())["cells"]:
         if cell["cell_type"] != "code" or not cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
             continue
@@ -168,9 +168,14 @@ def exercises(notebook: Path) -> list[str]:
             body = ast.parse(source).body
         except SyntaxError as error:
             raise MapsError(f"{notebook}: a solution cell does not parse ({error})") from None
-        names += [node.name for node in body
+        nodes += [node for node in body
                   if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")]
-    return names
+    return nodes
+
+
+def exercises(notebook: Path) -> list[str]:
+    """The public functions and classes the notebook's solution cells define, in order."""
+    return [node.name for node in exercise_definitions(notebook)]
 
 
 def build_names(notebook: Notebook) -> list[str]:

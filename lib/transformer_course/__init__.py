@@ -9,15 +9,16 @@ are in the sibling package ``transformer_course_fast``, tested against these.
 """
 
 from .activations import gelu, relu
-from .attention import attention_scores, scaled_dot_product_attention
-from .encoder import TransformerEncoderBlock
-from .feedforward import PositionwiseFeedForward
-from .masks import causal_mask, padding_mask
-from .multihead import MultiHeadAttention, merge_heads, split_heads
+from .attention import attention_scores, lookup_query, scaled_dot_product_attention
+from .encoder import TransformerEncoderBlock, encoder_block
+from .feedforward import PositionwiseFeedForward, feed_forward
+from .masks import causal_mask, leaked_weight, padding_mask
+from .multihead import MultiHeadAttention, head_bilinear_forms, merge_heads, multi_head_attention, split_heads
 from .normalization import fold_layer_norm, layer_norm
 from .online_softmax import online_softmax_attention
-from .positional import decode_position, frequencies, positional_encoding, relative_shift_matrix
-from .softmax import attention_entropy, softmax, softmax_jacobian
+from .positional import decode_position, frequencies, positional_encoding, relative_shift_matrix, shift_matrix
+from .pretrained import embed_tokens, encode_long_document, encoder_layer, pattern_score, sentence_embeddings
+from .softmax import attention_entropy, softmax, softmax_backward, softmax_jacobian
 
 __version__ = "0.1.0"
 
@@ -29,18 +30,31 @@ __all__ = [
     "attention_scores",
     "causal_mask",
     "decode_position",
+    "embed_tokens",
+    "encode_long_document",
+    "encoder_block",
+    "encoder_layer",
+    "feed_forward",
     "fold_layer_norm",
     "frequencies",
     "gelu",
+    "head_bilinear_forms",
     "layer_norm",
+    "leaked_weight",
+    "lookup_query",
     "merge_heads",
+    "multi_head_attention",
     "online_softmax_attention",
     "padding_mask",
+    "pattern_score",
     "positional_encoding",
     "relative_shift_matrix",
     "relu",
     "scaled_dot_product_attention",
+    "sentence_embeddings",
+    "shift_matrix",
     "softmax",
+    "softmax_backward",
     "softmax_jacobian",
     "split_heads",
 ]

@@ -3,7 +3,7 @@
 Four drawings, each a function that returns a matplotlib ``Figure`` (nothing is computed
 from data; the shapes written on them are the arguments):
 
-* ``encoder_block``      the data flow through one encoder block, with the shape of every arrow
+* ``encoder_block_diagram`` the data flow through one encoder block, with the shape of every arrow
 * ``split_merge_heads``  how ``split_heads`` cuts the columns into heads and ``merge_heads`` glues them back
 * ``mask_types``         causal, key-padding, their combination, and the additive form of a mask
 * ``tiling``             which part of the score matrix exists during one step of the online softmax
@@ -37,7 +37,7 @@ def _arrow(ax, start, end, label=None, side="right", style="-|>", colour="black"
                 color="dimgray", family="monospace")
 
 
-def encoder_block(n_heads=4, d_model=16, d_ff=64, norm_first=False):
+def encoder_block_diagram(n_heads=4, d_model=16, d_ff=64, norm_first=False):
     """Data flow through one encoder block (post-LN by default), every arrow labelled with its shape.
 
     Shapes are written for a batch of b sequences of n tokens: (b, n, d_model) in and out.

@@ -10,9 +10,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import check_rng, check_width, float_dtype, positive_float, positive_int
-from .feedforward import PositionwiseFeedForward
-from .multihead import MultiHeadAttention
+from ._checks import (
+    check_array,
+    check_matrix,
+    check_rng,
+    check_vector,
+    check_width,
+    describe,
+    float_dtype,
+    positive_float,
+    positive_int,
+)
+from .feedforward import PositionwiseFeedForward, feed_forward
+from .multihead import MultiHeadAttention, _project_attend_merge
 from .normalization import layer_norm
 
 
@@ -72,10 +82,54 @@ class TransformerEncoderBlock:
         (True = may attend).
         """
         x = check_width(x, "x", self.d_model, min_ndim=2)                  # (..., n, d_model)
-        if self.norm_first:                                                # pre-LN
-            attended, weights = self.attention(self._ln1(x), mask=mask, key_padding_mask=key_padding_mask)
-            z = x + attended                                               # residual around attention
-            return z + self.feed_forward(self._ln2(z)), weights            # residual around the FFN
-        attended, weights = self.attention(x, mask=mask, key_padding_mask=key_padding_mask)   # post-LN
-        z = self._ln1(x + attended)                                        # add & norm
-        return self._ln2(z + self.feed_forward(z)), weights                # add & norm
+        return _residual_block(x, lambda h: self.attention(h, mask=mask, key_padding_mask=key_padding_mask),
+                               self.feed_forward, self._ln1, self._ln2, self.norm_first)
+
+
+PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "W_1", "b_1", "W_2", "b_2",
+          "ln1_gamma", "ln1_beta", "ln2_gamma", "ln2_beta")
+
+
+def encoder_block(x, params, n_heads, norm_first=False):
+    """One encoder block from a dict of arrays (notebook 05): ReLU, layer-norm eps 1e-5, no mask.
+
+    Args:
+        x: ``(..., n, d_model)``.
+        params: dict with W_Q, W_K, W_V, W_O ``(d_model, d_model)``; b_Q, b_K, b_V, b_O ``(d_model,)``;
+            W_1 ``(d_model, d_ff)``, b_1 ``(d_ff,)``, W_2 ``(d_ff, d_model)``, b_2 ``(d_model,)``;
+            ln1_gamma, ln1_beta, ln2_gamma, ln2_beta ``(d_model,)``.
+        n_heads: attention heads (must divide d_model).
+        norm_first: False = post-LN, True = pre-LN (the module docstring's two equations).
+
+    Returns:
+        ``(output (..., n, d_model), weights (..., n_heads, n, n))``. :class:`TransformerEncoderBlock`
+        holds the same parameters and adds GELU, another eps and masks.
+    """
+    x = check_array(x, "x", min_ndim=2)
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict of arrays, got {describe(params)}")
+    if missing := [k for k in PARAMS if k not in params]:
+        raise ValueError(f"params lacks {missing} (expected the keys {list(PARAMS)})")
+    if not isinstance(norm_first, bool):
+        raise TypeError(f"norm_first must be True or False, got {norm_first!r}")
+    p, d = params, x.shape[-1]
+    weights = tuple(check_matrix(p[k], k, (d, d)) for k in ("W_Q", "W_K", "W_V", "W_O"))
+    biases = tuple(check_vector(p[k], k, d) for k in ("b_Q", "b_K", "b_V", "b_O"))
+    n_heads = positive_int(n_heads, "n_heads")
+    return _residual_block(
+        x, lambda h: _project_attend_merge(h, h, h, weights, biases, n_heads, None),
+        lambda h: feed_forward(h, p["W_1"], p["b_1"], p["W_2"], p["b_2"]),
+        lambda h: layer_norm(h, p["ln1_gamma"], p["ln1_beta"]),
+        lambda h: layer_norm(h, p["ln2_gamma"], p["ln2_beta"]), norm_first)
+
+
+def _residual_block(x, attention, ffn, ln1, ln2, norm_first):
+    """The block's arrangement of its sub-layers, residuals and norms (the one copy: the class and
+    :func:`encoder_block` pass their sub-layers in). ``attention(h)`` returns ``(output, weights)``."""
+    if norm_first:                                                     # pre-LN
+        attended, weights = attention(ln1(x))
+        z = x + attended                                               # residual around attention
+        return z + ffn(ln2(z)), weights                                # residual around the FFN
+    attended, weights = attention(x)                                   # post-LN
+    z = ln1(x + attended)                                              # add & norm
+    return ln2(z + ffn(z)), weights                                    # add & norm

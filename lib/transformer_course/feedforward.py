@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import check_matrix, check_rng, check_vector, check_width, float_dtype, positive_int
+from ._checks import check_array, check_matrix, check_rng, check_vector, check_width, float_dtype, positive_int
 from .activations import gelu, relu
 
 ACTIVATIONS = {"relu": relu, "gelu": gelu}
@@ -55,5 +55,29 @@ class PositionwiseFeedForward:
     def __call__(self, x) -> np.ndarray:
         """``(..., n, d_model)`` -> ``(..., n, d_model)``."""
         x = check_width(x, "x", self.d_model)
-        hidden = ACTIVATIONS[self.activation](x @ self.W_1 + self.b_1)    # (..., n, d_ff)
-        return hidden @ self.W_2 + self.b_2                                 # (..., n, d_model)
+        return _two_layers(x, self.W_1, self.b_1, self.W_2, self.b_2, ACTIVATIONS[self.activation])
+
+
+def feed_forward(x, W_1, b_1, W_2, b_2) -> np.ndarray:
+    """``max(0, x W_1 + b_1) W_2 + b_2``, token by token (notebook 05; ReLU, as in the paper).
+
+    Args:
+        x: ``(..., n, d_model)``.
+        W_1: ``(d_model, d_ff)``, b_1: ``(d_ff,)``, W_2: ``(d_ff, d_model)``, b_2: ``(d_model,)``.
+
+    Returns:
+        ``(..., n, d_model)``. :class:`PositionwiseFeedForward` holds the weights and offers GELU.
+    """
+    W_1 = check_array(W_1, "W_1", min_ndim=2)
+    if W_1.ndim != 2:
+        raise ValueError(f"W_1 must be a (d_model, d_ff) matrix, got shape {W_1.shape}")
+    d_model, d_ff = W_1.shape
+    x = check_width(x, "x", d_model)
+    return _two_layers(x, W_1, check_vector(b_1, "b_1", d_ff), check_matrix(W_2, "W_2", (d_ff, d_model)),
+                       check_vector(b_2, "b_2", d_model), relu)
+
+
+def _two_layers(x, W_1, b_1, W_2, b_2, activation):
+    """The one feed-forward computation (:func:`feed_forward` and the class call it)."""
+    hidden = activation(x @ W_1 + b_1)                                  # (..., n, d_ff)
+    return hidden @ W_2 + b_2                                           # (..., n, d_model)

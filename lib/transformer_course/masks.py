@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import describe, positive_int
+from ._checks import check_array, describe, positive_int
+from .softmax import softmax
 
 
 def causal_mask(n: int) -> np.ndarray:
@@ -83,3 +84,29 @@ def combine_with_key_padding(mask, key_padding_mask, key_shape) -> np.ndarray | 
     if np.issubdtype(combined.dtype, np.floating):
         return np.where(kpm, combined, -np.inf)
     return combined
+
+
+def leaked_weight(scores, allowed, mask_value) -> np.ndarray:
+    """The softmax weight that reaches blocked keys when they are penalised by ``mask_value`` (notebook 06).
+
+    A weak mask adds a finite ``mask_value`` (``-1e4``, ``-30``) instead of ``-inf``; a blocked key whose
+    score is within a few units of ``-mask_value`` of the row's best keeps a visible weight.
+
+    Args:
+        scores: ``(..., n_q, n_k)`` attention scores.
+        allowed: boolean, the shape of ``scores``; True = may attend.
+        mask_value: a negative float or ``-inf``, added to the blocked scores.
+
+    Returns:
+        ``(..., n_q)``: each query's total weight on its blocked keys; exactly 0 for ``-inf``.
+    """
+    scores = check_array(scores, "scores", min_ndim=2)
+    allowed = np.asarray(allowed)
+    if allowed.dtype != bool or allowed.shape != scores.shape:
+        raise ValueError(f"allowed must be a boolean array of the shape of scores {scores.shape}, "
+                         f"got {describe(allowed)}")
+    if isinstance(mask_value, (bool, np.bool_)) or not isinstance(mask_value, (int, float, np.number)) \
+            or not (mask_value < 0):
+        raise ValueError(f"mask_value must be a negative number or -inf, got {describe(mask_value)}")
+    masked = np.where(allowed, scores, scores + mask_value)        # (..., n_q, n_k)
+    return np.where(allowed, 0.0, softmax(masked, axis=-1)).sum(axis=-1)   # (..., n_q)

@@ -124,13 +124,41 @@ class MultiHeadAttention:
             ``(..., n_heads, n_q, n_k)``.
         """
         query, key, value = check_attention_inputs(query, key, value, self.d_model)
-        q = split_heads(query @ self.W_Q + _zero_if_none(self.b_Q), self.n_heads)  # (..., h, n_q, d_head)
-        k = split_heads(key @ self.W_K + _zero_if_none(self.b_K), self.n_heads)    # (..., h, n_k, d_head)
-        v = split_heads(value @ self.W_V + _zero_if_none(self.b_V), self.n_heads)  # (..., h, n_k, d_head)
         combined = combine_with_key_padding(mask, key_padding_mask, key.shape)   # (..., 1|h, n_q|1, n_k)
-        heads, weights = scaled_dot_product_attention(q, k, v, mask=combined)  # (..., h, n_q, d_head)
-        concat = merge_heads(heads)                                            # (..., n_q, d_model)
-        return concat @ self.W_O + _zero_if_none(self.b_O), weights            # (..., n_q, d_model)
+        return _project_attend_merge(query, key, value, (self.W_Q, self.W_K, self.W_V, self.W_O),
+                                     (self.b_Q, self.b_K, self.b_V, self.b_O), self.n_heads, combined)
+
+
+def multi_head_attention(X, W_Q, W_K, W_V, W_O, n_heads, mask=None):
+    """Multi-head self-attention with packed projections and no biases (notebook 03).
+
+    Args:
+        X: ``(..., n, d_model)``.
+        W_Q, W_K, W_V, W_O: ``(d_model, d_model)`` each, used as ``X @ W``.
+        n_heads: number of heads; must divide ``d_model``.
+        mask: None, boolean (True = may attend) or additive float, broadcastable to
+            ``(..., n_heads, n, n)``.
+
+    Returns:
+        ``(output, weights)``: ``(..., n, d_model)`` and ``(..., n_heads, n, n)``.
+        :class:`MultiHeadAttention` is this with biases, cross-attention and a key-padding mask.
+    """
+    X = check_array(X, "X", min_ndim=2)
+    shape = (X.shape[-1], X.shape[-1])
+    weights = tuple(check_matrix(W, name, shape) for W, name in ((W_Q, "W_Q"), (W_K, "W_K"), (W_V, "W_V"), (W_O, "W_O")))
+    return _project_attend_merge(X, X, X, weights, (None,) * 4, n_heads, mask)
+
+
+def _project_attend_merge(query, key, value, weights, biases, n_heads, mask):
+    """Project into heads, attend per head, merge and project out: the one multi-head computation
+    (:func:`multi_head_attention` and :class:`MultiHeadAttention` both call it)."""
+    (W_Q, W_K, W_V, W_O), (b_Q, b_K, b_V, b_O) = weights, biases
+    q = split_heads(query @ W_Q + _zero_if_none(b_Q), n_heads)       # (..., h, n_q, d_head)
+    k = split_heads(key @ W_K + _zero_if_none(b_K), n_heads)         # (..., h, n_k, d_head)
+    v = split_heads(value @ W_V + _zero_if_none(b_V), n_heads)       # (..., h, n_k, d_head)
+    heads, attn = scaled_dot_product_attention(q, k, v, mask=mask)   # (..., h, n_q, d_head)
+    concat = merge_heads(heads)                                      # (..., n_q, d_model)
+    return concat @ W_O + _zero_if_none(b_O), attn                   # (..., n_q, d_model)
 
 
 def _zero_if_none(bias):

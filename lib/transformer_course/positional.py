@@ -46,7 +46,12 @@ def positional_encoding(n_positions: int, d_model: int) -> np.ndarray:
 
 
 def relative_shift_matrix(k: int, d_model: int) -> np.ndarray:
-    """The ``(d_model, d_model)`` matrix M_k with ``PE[pos + k] = PE[pos] @ M_k`` for every pos.
+    """:func:`shift_matrix` under the name notebook 09 and the tests use (the same function)."""
+    return shift_matrix(k, d_model)
+
+
+def shift_matrix(k: int, d_model: int) -> np.ndarray:
+    """The ``(d_model, d_model)`` matrix M_k with ``PE[pos + k] = PE[pos] @ M_k`` for every pos (notebook 04).
 
     Block diagonal: pair (2i, 2i+1) is rotated by the angle ``k * w_i``.
     Requires an even ``d_model``.

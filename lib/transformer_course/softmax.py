@@ -85,18 +85,37 @@ def softmax_jacobian(p) -> np.ndarray:
     return p[..., :, None] * np.eye(n, dtype=p.dtype) - p[..., :, None] * p[..., None, :]
 
 
-def attention_entropy(weights, axis: int = -1) -> np.ndarray:
-    """Entropy in nats of each distribution along ``axis``, with ``0 ln 0 = 0`` exactly.
+def softmax_backward(p, g) -> np.ndarray:
+    """Gradient through ``p = softmax(s)`` along the last axis, without forming the Jacobian (notebook 02).
+
+    ``J`` is symmetric (theory.md §2.2), so ``dL/ds = J g = p * (g - <g, p>)``: one product and
+    one row sum, never the ``(n, n)`` matrix.
+
+    Args:
+        p: the softmax output ``(..., n)``.
+        g: ``dL/dp``, the shape of ``p``.
+
+    Returns:
+        ``dL/ds``, the shape of ``p``; exactly 0 where ``p`` is 0 (a masked key).
+    """
+    p = check_array(p, "p")
+    g = check_array(g, "g")
+    if g.shape != p.shape:
+        raise ValueError(f"g must have the shape of p {p.shape}, got shape {g.shape}")
+    return p * (g - np.sum(g * p, axis=-1, keepdims=True))     # (..., n)
+
+
+def attention_entropy(weights) -> np.ndarray:
+    """Entropy in nats of each distribution along the last axis, with ``0 ln 0 = 0`` exactly.
 
     Args:
         weights: ``(..., n)`` non-negative rows summing to 1 (attention weights); a row of
             zeros (a query whose keys are all masked) is accepted and has entropy 0.
-        axis: the axis that holds each distribution.
 
     Returns:
-        Array of ``weights``' shape without ``axis``: ``ln n`` for a uniform row, 0 for one-hot.
+        ``(...)``: ``ln n`` for a uniform row, 0 for one-hot.
     """
-    w, axis = check_distributions(weights, axis)
+    w, axis = check_distributions(weights, -1)
     safe = np.where(w > 0, w, 1)                   # 0 * ln 1 = 0 where the weight is 0
     return -np.sum(w * np.log(safe), axis=axis)
 
