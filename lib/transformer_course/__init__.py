@@ -85,3 +85,9 @@ __all__ += [
     "Llama", "LlamaConfig", "apply_rope", "dequantize_q4_1", "dequantize_q8_0",
     "grouped_query_attention", "quantize_q4_1", "quantize_q8_0", "rms_norm", "swiglu",
 ]
+
+# Notebook 11 (fine-tuning): the backward passes of SmolLM2's pieces and LoRA.
+from .llama import kv_head_gradient, rms_norm_backward, rope_backward  # noqa: E402
+from .lora import lora_backward, lora_forward  # noqa: E402
+
+__all__ += ["kv_head_gradient", "lora_backward", "lora_forward", "rms_norm_backward", "rope_backward"]

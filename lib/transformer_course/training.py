@@ -22,10 +22,17 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from . import backward as reference_backward
 from ._checks import check_rng, describe, positive_int
 from .activations import gelu
 from .attention import scaled_dot_product_attention
+from .backward import (
+    attention_backward,
+    cross_entropy_backward,
+    embedding_backward,
+    feed_forward_backward,
+    layer_norm_backward,
+    softmax_backward,
+)
 from .loss import cross_entropy
 from .masks import causal_mask
 from .multihead import merge_heads, split_heads
@@ -101,6 +108,12 @@ BACKWARD_PIECES = ("softmax_backward", "attention_backward", "layer_norm_backwar
                    "cross_entropy_backward", "embedding_backward")
 
 
+_REFERENCE_BACKWARD = SimpleNamespace(
+    softmax_backward=softmax_backward, attention_backward=attention_backward,
+    layer_norm_backward=layer_norm_backward, feed_forward_backward=feed_forward_backward,
+    cross_entropy_backward=cross_entropy_backward, embedding_backward=embedding_backward)
+
+
 def backward_pieces(backward=None) -> SimpleNamespace:
     """The backward functions a gradient is composed of, as a namespace with the six names of
     :data:`BACKWARD_PIECES`.
@@ -109,7 +122,7 @@ def backward_pieces(backward=None) -> SimpleNamespace:
     those attributes, or a mapping name -> function (e.g. a notebook's ``globals()``).
     """
     if backward is None:
-        backward = reference_backward
+        backward = _REFERENCE_BACKWARD
     get = backward.get if hasattr(backward, "get") and hasattr(backward, "keys") else \
         (lambda name: getattr(backward, name, None))
     pieces = {name: get(name) for name in BACKWARD_PIECES}
