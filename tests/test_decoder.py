@@ -13,13 +13,22 @@ from transformer_course.decoder import (
     KVCache,
     TransformerDecoderBlock,
     UncachedStep,
+    attention_params,
     causal_self_attention,
+    cross_attention,
+    decoder_block,
     induction_model,
+    language_model_loss,
     offset_causal_mask,
 )
 from transformer_course.generation import generate
 
 PROPS = settings(max_examples=20, deadline=None, database=None)
+
+
+def _csa(mha, x, cache=None):
+    """causal_self_attention with the weights of a MultiHeadAttention."""
+    return causal_self_attention(x, attention_params(mha), mha.n_heads, cache)
 
 
 def _mha(rng, d_model=8, n_heads=2):
@@ -69,7 +78,7 @@ def test_kv_cache_append_length_and_nbytes(rng):
 def test_causal_self_attention_without_cache_is_masked_mha(rng):
     mha = _mha(rng)
     x = rng.normal(size=(3, 6, 8))
-    out, weights, cache = causal_self_attention(mha, x)
+    out, weights, cache = _csa(mha, x)
     ref_out, ref_w = mha(x, mask=causal_mask(6))
     np.testing.assert_allclose(out, ref_out, rtol=1e-13, atol=1e-14)
     np.testing.assert_array_equal(weights, ref_w)
@@ -82,10 +91,10 @@ def test_feeding_in_pieces_equals_one_pass(split, seed):
     rng = np.random.default_rng(seed)
     mha = _mha(rng)
     x = rng.normal(size=(2, sum(split), 8))
-    whole, _, whole_cache = causal_self_attention(mha, x)
+    whole, _, whole_cache = _csa(mha, x)
     pieces, cache, start = [], None, 0
     for size in split:
-        out, w, cache = causal_self_attention(mha, x[:, start:start + size], cache)
+        out, w, cache = _csa(mha, x[:, start:start + size], cache)
         assert w.shape == (2, 2, size, start + size)
         start += size
         pieces.append(out)
@@ -98,11 +107,11 @@ def test_causal_self_attention_refuses_a_cache_of_the_wrong_shape(rng):
     mha = _mha(rng)
     bad = KVCache(np.zeros((2, 3, 5)), np.zeros((2, 3, 5)))                  # d_head 5, expected 4
     with pytest.raises(ValueError, match="cache must hold"):
-        causal_self_attention(mha, rng.normal(size=(1, 8)), bad)
+        _csa(mha, rng.normal(size=(1, 8)), bad)
     with pytest.raises(TypeError, match="KVCache"):
-        causal_self_attention(mha, rng.normal(size=(1, 8)), (np.zeros((2, 3, 4)),) * 2)
+        _csa(mha, rng.normal(size=(1, 8)), "not a cache")
     with pytest.raises(ValueError, match="d_model=8"):
-        causal_self_attention(mha, rng.normal(size=(1, 6)))
+        _csa(mha, rng.normal(size=(1, 6)))
 
 
 # =============================================================================
@@ -157,7 +166,7 @@ def test_decoder_block_memory_checks(rng):
 def test_attention_only_block_is_a_residual_sum(rng):
     block = TransformerDecoderBlock(8, 2, rng=rng, cross_attention=False, attention_only=True)
     x = rng.normal(size=(4, 8))
-    attended, _, _ = causal_self_attention(block.self_attention, x)
+    attended, _, _ = _csa(block.self_attention, x)
     np.testing.assert_allclose(block(x).output, x + attended, rtol=1e-14)
 
 
@@ -295,6 +304,86 @@ def test_cached_generation_matches_a_torch_causal_forward():
         expected = tm(xt, xt, xt, attn_mask=torch.from_numpy(~causal_mask(7)), need_weights=False)[0][0].numpy()
     outs, cache = [], None
     for t in range(7):
-        out, _, cache = causal_self_attention(mha, x[t:t + 1], cache)
+        out, _, cache = _csa(mha, x[t:t + 1], cache)
         outs.append(out)
     np.testing.assert_allclose(np.concatenate(outs), expected, rtol=1e-10, atol=1e-12)
+
+
+# =============================================================================
+# The functional twins of notebook 08's exercises, and DecoderLM running a given self-attention
+# =============================================================================
+def test_language_model_loss_scores_row_t_against_token_t_plus_1(rng):
+    from transformer_course.loss import cross_entropy
+
+    logits, ids = rng.normal(size=(3, 6, 11)), rng.integers(0, 11, size=(3, 6))
+    loop = np.mean([cross_entropy(logits[b, t], ids[b, t + 1]) for b in range(3) for t in range(5)])
+    assert abs(language_model_loss(logits, ids) - loop) < 1e-12
+    with pytest.raises(ValueError, match="ids must have shape"):
+        language_model_loss(logits, ids[:, :-1])
+
+
+def test_causal_self_attention_takes_a_pair_as_its_cache(rng):
+    mha = _mha(rng)
+    x = rng.normal(size=(2, 5, 8))
+    whole, _, _ = _csa(mha, x)
+    _, _, cache = _csa(mha, x[:, :3])
+    keys, values = cache                                              # a KVCache unpacks as the pair
+    out, _, grown = _csa(mha, x[:, 3:], (keys, values))
+    np.testing.assert_allclose(out, whole[:, 3:], rtol=1e-11, atol=1e-12)
+    assert isinstance(grown, KVCache) and grown.length == 5
+
+
+def test_cross_attention_and_decoder_block_equal_the_classes(rng):
+    x, memory = rng.normal(size=(2, 5, 8)), rng.normal(size=(2, 7, 8))
+    pad = np.arange(7)[None, :] < np.array([[7], [3]])                # (2, 7)
+    mha = _mha(rng)
+    out, w = cross_attention(x, memory, attention_params(mha), 2, memory_mask=pad)
+    ref_out, ref_w = mha(x, memory, memory, key_padding_mask=pad)
+    np.testing.assert_array_equal(out, ref_out)
+    np.testing.assert_array_equal(w, ref_w)
+    for norm_first in (False, True):
+        block = TransformerDecoderBlock(8, 2, 20, rng=rng, norm_first=norm_first)
+        f = block.feed_forward
+        params = {"self_attn": attention_params(block.self_attention),
+                  "cross_attn": attention_params(block.cross_attention),
+                  "W_1": f.W_1, "b_1": f.b_1, "W_2": f.W_2, "b_2": f.b_2}
+        for i in (1, 2, 3):
+            params[f"ln{i}_gamma"], params[f"ln{i}_beta"] = 1 + 0.3 * rng.normal(size=8), 0.3 * rng.normal(size=8)
+            setattr(block, f"ln{i}_gamma", params[f"ln{i}_gamma"])
+            setattr(block, f"ln{i}_beta", params[f"ln{i}_beta"])
+        got, got_self, got_cross = decoder_block(x, memory, params, 2, norm_first=norm_first)
+        ref = block(x, memory)
+        np.testing.assert_array_equal(got, ref.output)
+        np.testing.assert_array_equal(got_self, ref.self_weights)
+        np.testing.assert_array_equal(got_cross, ref.cross_weights)
+
+
+def _tuple_attention(x, params, n_heads, cache=None):
+    """A student-style causal_self_attention: the package's, with the cache as a plain (keys, values) tuple."""
+    assert cache is None or type(cache) is tuple
+    out, weights, kv = causal_self_attention(x, params, n_heads, cache)
+    return out, weights, (kv.keys, kv.values)
+
+
+def test_decoder_lm_runs_a_given_self_attention(rng):
+    lm = DecoderLM.random(30, 16, 2, 2, 40, rng=rng)
+    ids = rng.integers(0, 30, size=12)
+    default = lm.logits(ids)
+    for fn in (causal_self_attention, _tuple_attention):
+        mine = lm.with_self_attention(fn)
+        assert all(a is b for a, b in zip(mine.blocks, lm.blocks)) and mine.W_E is lm.W_E
+        np.testing.assert_array_equal(mine.logits(ids), default)
+        step = CachedStep(mine)
+        cached = np.stack([step(ids[:t + 1]) for t in range(12)])
+        np.testing.assert_allclose(cached, default, rtol=1e-10, atol=1e-12)
+        assert step.cache_nbytes == 2 * 2 * 12 * 16 * 8
+
+    def unmasked(x, params, n_heads, cache=None):                     # a planted mistake: no causal mask
+        out, weights, kv = causal_self_attention(x, params, n_heads, cache)
+        mha = MultiHeadAttention(16, n_heads, rng=np.random.default_rng(0)).set_weights(**params)
+        return mha(x)[0], weights, kv
+
+    leaky = lm.with_self_attention(unmasked).logits(ids)
+    assert np.max(np.abs(leaky[:-1] - default[:-1])) > 1e-3, "a self-attention without the mask must change the logits"
+    with pytest.raises(TypeError, match="causal_self_attention"):
+        lm.with_self_attention("not a function")

@@ -187,3 +187,89 @@ def test_model_refuses_bad_sizes_and_tokens():
         model.forward(np.zeros((1, 5), dtype=int))
     with pytest.raises(ValueError, match="integer"):
         model.forward(np.zeros((1, 3)))
+
+
+# -- the backward= hook: the gradient composed of any set of the six backward functions ---------------------
+
+def _wrong_layer_norm_backward(grad_output, x, gamma, eps=1e-5):
+    """A planted mistake: the path through the mean dropped (the -mean(g) term)."""
+    from transformer_course import backward as ref
+    dx, dgamma, dbeta = ref.layer_norm_backward(grad_output, x, gamma, eps)
+    g = grad_output * gamma
+    r = 1.0 / np.sqrt(np.var(x, axis=-1, keepdims=True) + eps)
+    return dx + r * g.mean(axis=-1, keepdims=True), dgamma, dbeta
+
+
+def _short_run(backward):
+    model = TinyDecoder(vocab_size=16, n_positions=8, d_model=8, n_layers=2, n_heads=2, rng=np.random.default_rng(0))
+    history = train(model, AdamW(model.params, lr=3e-3), np.random.default_rng(1), 30, batch=4, max_period=4,
+                    backward=backward)
+    return history["loss"], model.params
+
+
+@pytest.mark.parametrize("d_ff", [None, 16])
+def test_passing_the_package_backward_functions_gives_the_same_gradients(d_ff):
+    from transformer_course import backward as ref
+    from transformer_course.training import BACKWARD_PIECES
+
+    model, tokens, targets = perturbed_model(3, d_ff)
+    _, default, _ = model.loss_and_grads(tokens, targets)
+    as_dict = {name: getattr(ref, name) for name in BACKWARD_PIECES}
+    for backward in (ref, as_dict):
+        _, explicit, _ = model.loss_and_grads(tokens, targets, backward=backward)
+        assert explicit.keys() == default.keys()
+        for k in default:
+            np.testing.assert_array_equal(explicit[k], default[k], err_msg=f"gradient of {k} differs")
+
+
+def test_training_with_the_package_functions_passed_explicitly_is_identical():
+    from transformer_course import backward as ref
+
+    loss_default, params_default = _short_run(None)
+    loss_explicit, params_explicit = _short_run(ref)
+    np.testing.assert_array_equal(loss_explicit, loss_default)
+    for k in params_default:
+        np.testing.assert_array_equal(params_explicit[k], params_default[k], err_msg=k)
+
+
+def test_a_planted_wrong_backward_changes_the_training():
+    from transformer_course import backward as ref
+    from transformer_course.training import BACKWARD_PIECES
+
+    wrong = {name: getattr(ref, name) for name in BACKWARD_PIECES}
+    wrong["layer_norm_backward"] = _wrong_layer_norm_backward
+    model, tokens, targets = perturbed_model(4, None)
+    _, right, _ = model.loss_and_grads(tokens, targets)
+    _, planted, _ = model.loss_and_grads(tokens, targets, backward=wrong)
+    assert np.max(np.abs(planted["E"] - right["E"])) > 1e-3 * np.max(np.abs(right["E"])), \
+        "a layer-norm backward without its mean term must change the embedding gradient"
+    loss_right, _ = _short_run(None)
+    loss_wrong, _ = _short_run(wrong)
+    assert loss_right[0] == loss_wrong[0], "the first loss is computed before any update"
+    assert np.max(np.abs(loss_wrong - loss_right)) > 1e-6, "training on a wrong gradient must follow another path"
+
+
+def test_backward_hook_refuses_an_incomplete_namespace():
+    from transformer_course.training import backward_pieces
+
+    with pytest.raises(TypeError, match="attention_backward"):
+        backward_pieces({"softmax_backward": np.negative})
+
+
+def test_yours_or_reference_takes_the_reference_only_for_stubs():
+    from transformer_course import backward as ref
+    from transformer_course.training import BACKWARD_PIECES, is_stub, yours_or_reference
+
+    def softmax_backward(p, g):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    def embedding_backward(grad_output, token_ids, vocab_size):
+        return ref.embedding_backward(grad_output, token_ids, vocab_size)
+
+    assert is_stub(softmax_backward) and not is_stub(embedding_backward) and not is_stub(ref.softmax_backward)
+    pieces, yours, fallen_back = yours_or_reference(
+        {"softmax_backward": softmax_backward, "embedding_backward": embedding_backward}, BACKWARD_PIECES, ref)
+    assert yours == ["embedding_backward"]
+    assert fallen_back == [n for n in BACKWARD_PIECES if n != "embedding_backward"]
+    assert pieces.embedding_backward is embedding_backward and pieces.softmax_backward is ref.softmax_backward

@@ -61,7 +61,8 @@ __all__ = [
 
 # Notebook 08: the decoder and generation.
 from . import decoder, generation  # noqa: E402
-from .decoder import CachedStep, DecoderLM, KVCache, TransformerDecoderBlock, UncachedStep  # noqa: E402
+from .decoder import (CachedStep, DecoderLM, KVCache, TransformerDecoderBlock, UncachedStep,  # noqa: E402
+                      causal_self_attention, cross_attention, decoder_block, language_model_loss)
 from .generation import generate, sample_next_token, sampling_probabilities  # noqa: E402
 
 __all__ += [
@@ -70,16 +71,23 @@ __all__ += [
     "KVCache",
     "TransformerDecoderBlock",
     "UncachedStep",
+    "causal_self_attention",
+    "cross_attention",
+    "decoder_block",
     "generate",
+    "language_model_loss",
     "sample_next_token",
     "sampling_probabilities",
 ]
 
 # Notebook 10 (learning): backward passes, the loss, and the training utilities.
 from . import backward, training  # noqa: E402
+from .backward import (attention_backward, cross_entropy_backward, embedding_backward,  # noqa: E402
+                       feed_forward_backward, layer_norm_backward, softmax_backward)
 from .loss import cross_entropy  # noqa: E402
 
-__all__ += ["backward", "cross_entropy", "training"]
+__all__ += ["attention_backward", "backward", "cross_entropy", "cross_entropy_backward", "embedding_backward",
+            "feed_forward_backward", "layer_norm_backward", "softmax_backward", "training"]
 
 # (llama.KVCache, the cache of notebook 09's model, stays under its module: the top-level KVCache
 # is notebook 08's.)
@@ -91,3 +99,9 @@ __all__ += [
     "Llama", "LlamaConfig", "apply_rope", "dequantize_q4_1", "dequantize_q8_0",
     "grouped_query_attention", "quantize_q4_1", "quantize_q8_0", "rms_norm", "swiglu",
 ]
+
+# Notebook 11 (fine-tuning): the backward passes of SmolLM2's pieces and LoRA.
+from .llama import kv_head_gradient, rms_norm_backward, rope_backward  # noqa: E402
+from .lora import lora_backward, lora_forward  # noqa: E402
+
+__all__ += ["kv_head_gradient", "lora_backward", "lora_forward", "rms_norm_backward", "rope_backward"]

@@ -36,29 +36,30 @@ def _same_shape(arr, name: str, shape, what: str) -> None:
 
 # -- softmax ------------------------------------------------------------------------------------------
 
-def softmax_backward(p, grad_p, axis: int = -1) -> np.ndarray:
-    """Gradient through ``p = softmax(s, axis)`` (forward: :func:`transformer_course.softmax.softmax`).
+def softmax_backward(p, g) -> np.ndarray:
+    """Gradient through ``p = softmax(s)`` along the last axis (forward: :func:`transformer_course.softmax.softmax`).
+
+    Notebook 02 asks for it first and notebook 10 again, with these parameters both times.
 
     With the Jacobian ``J = diag(p) - p p^T`` of each row (theory.md §2.2, symmetric),
     ``dL/ds = J g = p * (g - <g, p>)``: one product and one row sum, never the ``(n, n)`` matrix.
 
     Args:
-        p: the softmax output ``(..., n)`` (rows along ``axis`` sum to 1, or are all 0 when fully masked).
-        grad_p: ``dL/dp``, same shape.
-        axis: the axis the softmax normalised.
+        p: the softmax output ``(..., n)`` (rows sum to 1, or are all 0 when fully masked).
+        g: ``dL/dp``, same shape.
 
     Returns:
         ``dL/ds``, same shape. Where ``p`` is 0 (a masked key) the gradient is exactly 0.
     """
     p = as_float_array(p, "p")
-    g = as_float_array(grad_p, "grad_p")
-    _same_shape(g, "grad_p", p.shape, "p")
-    return p * (g - np.sum(g * p, axis=axis, keepdims=True))
+    g = as_float_array(g, "g")
+    _same_shape(g, "g", p.shape, "p")
+    return p * (g - np.sum(g * p, axis=-1, keepdims=True))
 
 
 # -- scaled dot-product attention ---------------------------------------------------------------------
 
-def attention_backward(grad_output, Q, K, V, mask=None, weights=None):
+def attention_backward(grad_output, Q, K, V, mask=None):
     """Gradient through ``O = softmax(Q K^T / sqrt(d_k) + mask) V``
     (forward: :func:`transformer_course.attention.scaled_dot_product_attention`).
 
@@ -71,7 +72,7 @@ def attention_backward(grad_output, Q, K, V, mask=None, weights=None):
         grad_output: ``dL/dO`` ``(..., n_q, d_v)``.
         Q, K, V: the forward's inputs ``(..., n_q, d_k)``, ``(..., n_k, d_k)``, ``(..., n_k, d_v)``.
         mask: the forward's mask (boolean, True = may attend, or additive float), or None.
-        weights: the forward's attention weights ``(..., n_q, n_k)``; recomputed when None.
+            The weights ``P`` are recomputed from ``Q``, ``K`` and the mask (one forward's work).
 
     Returns:
         ``(dQ, dK, dV)`` with the shapes of ``Q``, ``K``, ``V``.
@@ -79,11 +80,7 @@ def attention_backward(grad_output, Q, K, V, mask=None, weights=None):
     Q, K, V = check_qkv(Q, K, V)
     dO = as_float_array(grad_output, "grad_output", min_ndim=2)
     _same_shape(dO, "grad_output", Q.shape[:-1] + V.shape[-1:], "the output (..., n_q, d_v)")
-    if weights is None:
-        _, P = scaled_dot_product_attention(Q, K, V, mask)      # (..., n_q, n_k)
-    else:
-        P = as_float_array(weights, "weights", min_ndim=2)
-        _same_shape(P, "weights", Q.shape[:-1] + K.shape[-2:-1], "the scores (..., n_q, n_k)")
+    _, P = scaled_dot_product_attention(Q, K, V, mask)          # (..., n_q, n_k)
     scale = np.result_type(Q, K).type(1.0 / np.sqrt(Q.shape[-1]))     # keeps float32 in float32
     dV = np.swapaxes(P, -1, -2) @ dO                              # (..., n_k, n_q) @ (..., n_q, d_v)
     dP = dO @ np.swapaxes(V, -1, -2)                              # (..., n_q, n_k)
@@ -95,7 +92,7 @@ def attention_backward(grad_output, Q, K, V, mask=None, weights=None):
 
 # -- layer normalisation -------------------------------------------------------------------------------
 
-def layer_norm_backward(grad_output, x, gamma=None, eps: float = 1e-5):
+def layer_norm_backward(grad_output, x, gamma, eps=1e-5):
     """Gradient through ``y = gamma * (x - mu) / sqrt(var + eps) + beta`` over the last axis
     (forward: :func:`transformer_course.normalization.layer_norm`).
 
@@ -108,7 +105,7 @@ def layer_norm_backward(grad_output, x, gamma=None, eps: float = 1e-5):
     Args:
         grad_output: ``dL/dy`` ``(..., d)``.
         x: the forward's input ``(..., d)``.
-        gamma: the scale ``(d,)`` the forward used, or None (ones).
+        gamma: the scale ``(d,)`` the forward used, or None (ones; passed explicitly).
         eps: the forward's eps.
 
     Returns:

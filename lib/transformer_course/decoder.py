@@ -25,6 +25,7 @@ import numpy as np
 
 from ._checks import as_float_array, check_finite, check_matrix, check_rng, describe, positive_int
 from .feedforward import PositionwiseFeedForward
+from .loss import cross_entropy
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 from .normalization import layer_norm
 from .attention import scaled_dot_product_attention
@@ -76,22 +77,49 @@ def offset_causal_mask(n_new: int, n_past: int) -> np.ndarray:
     return np.tril(np.ones((n_new, n_past + n_new), dtype=bool), k=int(n_past))
 
 
-def causal_self_attention(attention: MultiHeadAttention, x, cache: KVCache | None = None):
-    """Masked self-attention of new tokens over the cached ones and themselves.
+def language_model_loss(logits, ids) -> float:
+    """Mean next-token cross-entropy (nats) of a causal language model (notebook 08, theory.md §9.1).
 
     Args:
-        attention: the layer's weights (a :class:`MultiHeadAttention`).
-        x: the new tokens, ``(..., n_new, d_model)``.
-        cache: None (nothing seen yet) or the :class:`KVCache` of the earlier
-            positions, ``(..., n_heads, n_past, d_head)``.
+        logits: ``(..., n, V)``; row ``t`` is the guess of the token after ``ids[..., t]``.
+        ids: ``(..., n)`` ints in ``0..V-1``, the sequence(s) the logits were computed from.
 
     Returns:
-        ``(output, weights, new_cache)``: ``(..., n_new, d_model)``, per-head weights
-        ``(..., n_heads, n_new, n_past + n_new)`` and the cache with the new keys and
-        values appended (``n_past + n_new`` positions). Feeding a sequence in one call
-        or in pieces gives the same outputs (up to rounding).
+        The mean of :func:`~transformer_course.loss.cross_entropy` over rows ``0..n-2`` scored against
+        ``ids[..., 1:]`` (the last row has no target).
     """
-    return _attend_over_cache(attention, x, cache)
+    z = as_float_array(logits, "logits", min_ndim=2)
+    ids = np.asarray(ids)
+    if ids.shape != z.shape[:-1] or ids.shape[-1] < 2:
+        raise ValueError(f"ids must have shape logits.shape[:-1] = {z.shape[:-1]} with n >= 2 positions, "
+                         f"got {describe(ids)}")
+    return cross_entropy(z[..., :-1, :], ids[..., 1:])                       # (..., n-1, V) vs (..., n-1)
+
+
+def attention_params(attention: MultiHeadAttention) -> dict:
+    """The weights of a :class:`MultiHeadAttention` as the dict the functional attentions take
+    (``W_Q``, ``W_K``, ``W_V``, ``W_O`` and ``b_Q`` .. ``b_O``, None where there is no bias); the same arrays."""
+    return {name: getattr(attention, name) for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")}
+
+
+def causal_self_attention(x, params, n_heads, cache=None):
+    """Masked multi-head self-attention of new tokens over the cached ones and themselves (notebook 08).
+
+    Args:
+        x: the new tokens, ``(..., n_new, d_model)``.
+        params: dict with ``W_Q``, ``W_K``, ``W_V``, ``W_O`` ``(d_model, d_model)`` and ``b_Q`` .. ``b_O``
+            ``(d_model,)`` (a missing or None bias adds nothing); ``x @ W + b``.
+        n_heads: number of heads, divides d_model.
+        cache: None (nothing seen yet) or ``(keys, values)`` of the earlier positions (a pair or a
+            :class:`KVCache`), each ``(..., n_heads, n_past, d_head)``.
+
+    Returns:
+        ``(output, weights, cache)``: ``(..., n_new, d_model)``, per-head weights
+        ``(..., n_heads, n_new, n_past + n_new)`` and the :class:`KVCache` with the new keys and
+        values appended (it unpacks as ``keys, values``). Feeding a sequence in one call or in pieces
+        gives the same outputs (up to rounding).
+    """
+    return _causal_self_attention(x, params, n_heads, cache)
 
 
 def _project(x, W, b):
@@ -100,23 +128,36 @@ def _project(x, W, b):
 
 
 def _attend_over_cache(attention, x, cache):
-    # The blocks call this directly: the grader replaces the public function by a stub in
-    # notebook 08's sandbox (the notebook asks for it), while the blocks must keep working.
+    # The blocks call this (and _causal_self_attention) directly: the grader replaces the public
+    # function by a stub in notebook 08's sandbox (the notebook asks for it), while the blocks must keep working.
     if not isinstance(attention, MultiHeadAttention):
         raise TypeError(f"attention must be a MultiHeadAttention, got {describe(attention)}")
+    return _causal_self_attention(x, attention_params(attention), attention.n_heads, cache)
+
+
+def _causal_self_attention(x, params, n_heads, cache):
+    if not isinstance(params, dict) or any(params.get(k) is None for k in ("W_Q", "W_K", "W_V", "W_O")):
+        raise TypeError(f"params must be a dict with W_Q, W_K, W_V, W_O, got {describe(params)}")
+    W_Q = as_float_array(params["W_Q"], "params['W_Q']", min_ndim=2)
+    d_model = W_Q.shape[0]
+    n_heads = positive_int(n_heads, "n_heads")
+    if d_model % n_heads:
+        raise ValueError(f"n_heads={n_heads} must divide d_model={d_model}")
     x = as_float_array(x, "x", min_ndim=2)
     check_finite(x, "x")
-    if x.shape[-1] != attention.d_model:
-        raise ValueError(f"x must have last dimension d_model={attention.d_model}, got shape {x.shape}")
-    h, d_head = attention.n_heads, attention.d_head
-    q = split_heads(_project(x, attention.W_Q, attention.b_Q), h)   # (..., h, n_new, d_head)
-    k = split_heads(_project(x, attention.W_K, attention.b_K), h)   # (..., h, n_new, d_head)
-    v = split_heads(_project(x, attention.W_V, attention.b_V), h)   # (..., h, n_new, d_head)
+    if x.shape[-1] != d_model:
+        raise ValueError(f"x must have last dimension d_model={d_model}, got shape {x.shape}")
+    h, d_head = n_heads, d_model // n_heads
+    q = split_heads(_project(x, W_Q, params.get("b_Q")), h)                  # (..., h, n_new, d_head)
+    k = split_heads(_project(x, params["W_K"], params.get("b_K")), h)        # (..., h, n_new, d_head)
+    v = split_heads(_project(x, params["W_V"], params.get("b_V")), h)        # (..., h, n_new, d_head)
     if cache is None:
         cache = KVCache(k[..., :0, :], v[..., :0, :])                          # (..., h, 0, d_head)
     elif not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be None or a KVCache, got {describe(cache)}")
-    elif cache.keys.shape[:-2] != k.shape[:-2] or cache.keys.shape[-1] != d_head or \
+        if not isinstance(cache, (tuple, list)) or len(cache) != 2:
+            raise TypeError(f"cache must be None, a KVCache or a pair (keys, values), got {describe(cache)}")
+        cache = KVCache(*cache)
+    if cache.keys.shape[:-2] != k.shape[:-2] or cache.keys.shape[-1] != d_head or \
             cache.values.shape != cache.keys.shape:
         raise ValueError(f"cache must hold keys and values of shape {k.shape[:-2] + ('n_past', d_head)}, "
                          f"got {cache.keys.shape} and {cache.values.shape}")
@@ -124,8 +165,61 @@ def _attend_over_cache(attention, x, cache):
     cache = cache.append(k, v)                                                 # (..., h, n_past + n_new, d_head)
     mask = offset_causal_mask(n_new, n_past)                                   # (n_new, n_past + n_new)
     heads, weights = scaled_dot_product_attention(q, cache.keys, cache.values, mask=mask)
-    output = _project(merge_heads(heads), attention.W_O, attention.b_O)   # (..., n_new, d_model)
+    output = _project(merge_heads(heads), params["W_O"], params.get("b_O"))   # (..., n_new, d_model)
     return output, weights, cache
+
+
+def _attention_from_params(params, n_heads) -> MultiHeadAttention:
+    """A :class:`MultiHeadAttention` holding the arrays of a params dict (``x @ W + b``)."""
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict with W_Q, W_K, W_V, W_O and b_Q .. b_O, got {describe(params)}")
+    W_Q = as_float_array(params.get("W_Q"), "params['W_Q']", min_ndim=2)
+    holder = MultiHeadAttention(W_Q.shape[0], n_heads, rng=np.random.default_rng(0), bias=False, dtype=W_Q.dtype)
+    return holder.set_weights(**{k: params.get(k) for k in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")})
+
+
+def cross_attention(x, memory, params, n_heads, memory_mask=None):
+    """Multi-head attention from decoder tokens (queries) to the encoder output (keys, values) (notebook 08).
+
+    Args:
+        x: ``(..., n_dec, d_model)`` decoder tokens; memory: ``(..., n_enc, d_model)`` encoder output.
+        params: dict with ``W_Q`` .. ``W_O`` and ``b_Q`` .. ``b_O``, as :func:`causal_self_attention`.
+        n_heads: number of heads; memory_mask: None or boolean ``(..., n_enc)``, True for real tokens.
+
+    Returns:
+        ``(output (..., n_dec, d_model), weights (..., n_heads, n_dec, n_enc))``; no causal mask.
+        The arithmetic is :class:`MultiHeadAttention`'s, holding ``params``.
+    """
+    return _attention_from_params(params, n_heads)(x, memory, memory, key_padding_mask=memory_mask)
+
+
+def decoder_block(x, memory, params, n_heads, norm_first=False):
+    """One encoder-decoder block (causal self-attention, cross-attention, ReLU feed-forward) (notebook 08).
+
+    Args:
+        x: ``(..., n_dec, d_model)`` target tokens; memory: ``(..., n_enc, d_model)`` encoder output.
+        params: dict with ``"self_attn"`` and ``"cross_attn"`` (dicts as for :func:`causal_self_attention`),
+            ``W_1`` ``(d_model, d_ff)``, ``b_1``, ``W_2`` ``(d_ff, d_model)``, ``b_2`` and ``ln{1,2,3}_gamma``,
+            ``ln{1,2,3}_beta`` ``(d_model,)`` (ln2 is the cross-attention's).
+        n_heads: heads; norm_first: False = post-LN (the paper), True = pre-LN.
+
+    Returns:
+        ``(output, self_weights (..., n_heads, n_dec, n_dec), cross_weights (..., n_heads, n_dec, n_enc))``:
+        :class:`TransformerDecoderBlock` holding ``params``.
+    """
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict of the block's parameters, got {describe(params)}")
+    self_attn = _attention_from_params(params.get("self_attn"), n_heads)
+    W_1 = as_float_array(params.get("W_1"), "params['W_1']", min_ndim=2)
+    block = TransformerDecoderBlock(self_attn.d_model, n_heads, W_1.shape[1], rng=np.random.default_rng(0),
+                                    norm_first=bool(norm_first), dtype=W_1.dtype)
+    block.self_attention = self_attn
+    block.cross_attention = _attention_from_params(params.get("cross_attn"), n_heads)
+    block.feed_forward.set_weights(W_1, params.get("b_1"), params.get("W_2"), params.get("b_2"))
+    for name in (f"ln{i}_{g}" for i in (1, 2, 3) for g in ("gamma", "beta")):
+        setattr(block, name, as_float_array(params.get(name), f"params[{name!r}]", min_ndim=1))
+    result = block(x, memory)
+    return result.output, result.self_weights, result.cross_weights
 
 
 class DecoderBlockOutput(NamedTuple):
@@ -202,7 +296,7 @@ class TransformerDecoderBlock:
         return layer_norm(x, getattr(self, f"ln{i}_gamma"), getattr(self, f"ln{i}_beta"), self.eps)
 
     def __call__(self, x, memory=None, *, cache: KVCache | None = None,
-                 memory_key_padding_mask=None) -> DecoderBlockOutput:
+                 memory_key_padding_mask=None, self_attention=None) -> DecoderBlockOutput:
         """Run the block on new tokens ``x`` ``(..., n_new, d_model)``.
 
         Args:
@@ -211,6 +305,8 @@ class TransformerDecoderBlock:
                 cross-attention, refused without.
             cache: the self-attention :class:`KVCache` of earlier positions, or None.
             memory_key_padding_mask: optional boolean ``(..., n_enc)``, True for real source tokens.
+            self_attention: None (the package's), or a function with the parameters of
+                :func:`causal_self_attention` (a student's) that computes the masked self-attention.
         """
         x = as_float_array(x, "x", min_ndim=2)
         if x.shape[-1] != self.d_model:
@@ -222,8 +318,7 @@ class TransformerDecoderBlock:
                              "(..., n_enc, d_model)")
         pre = self.norm_first or self.attention_only          # attention-only: residuals, no norms
         # 1. masked self-attention (+ residual, norm)
-        attended, self_weights, cache = _attend_over_cache(
-            self.self_attention, self._norm(1, x) if pre else x, cache)
+        attended, self_weights, cache = self._self_attend(self._norm(1, x) if pre else x, cache, self_attention)
         a = x + attended if pre else self._norm(1, x + attended)
         # 2. cross-attention: queries from the decoder, keys and values from the encoder
         cross_weights = None
@@ -241,6 +336,17 @@ class TransformerDecoderBlock:
             out = self._norm(3, b + self.feed_forward(b))
         return DecoderBlockOutput(out, self_weights, cross_weights, cache)
 
+    def _self_attend(self, x, cache, self_attention):
+        if self_attention is None:
+            return _attend_over_cache(self.self_attention, x, cache)
+        if not callable(self_attention):
+            raise TypeError(f"self_attention must be None or a function (x, params, n_heads, cache), "
+                            f"got {describe(self_attention)}")
+        params = {k: np.zeros(self.d_model, dtype=self.self_attention.W_Q.dtype) if v is None else v
+                  for k, v in attention_params(self.self_attention).items()}   # a missing bias is 0
+        out, weights, (keys, values) = self_attention(x, params, self.n_heads, None if cache is None else tuple(cache))
+        return out, weights, KVCache(keys, values)
+
 
 class DecoderLM:
     """A decoder-only language model: embeddings, decoder blocks, unembedding.
@@ -254,9 +360,12 @@ class DecoderLM:
         blocks: list of :class:`TransformerDecoderBlock` built with ``cross_attention=False``.
         W_U: unembedding ``(d_model, V)``.
         final_norm: apply a layer norm (gamma 1, beta 0) before ``W_U`` (as GPT-2 does).
+        causal_self_attention: None (the package's), or a function with the parameters of
+            :func:`causal_self_attention` that every block's masked self-attention (and its cache) runs on:
+            notebook 08 passes the student's.
     """
 
-    def __init__(self, W_E, W_P, blocks, W_U, *, final_norm: bool = False):
+    def __init__(self, W_E, W_P, blocks, W_U, *, final_norm: bool = False, causal_self_attention=None):
         self.W_E = as_float_array(W_E, "W_E", min_ndim=2)
         self.vocab_size, self.d_model = self.W_E.shape
         self.W_P = check_matrix(W_P, "W_P", (np.shape(W_P)[0], self.d_model))
@@ -268,6 +377,16 @@ class DecoderLM:
             if block.d_model != self.d_model:
                 raise ValueError(f"blocks[{i}] has d_model={block.d_model}, expected {self.d_model}")
         self.final_norm = final_norm
+        if causal_self_attention is not None and not callable(causal_self_attention):
+            raise TypeError(f"causal_self_attention must be None or a function (x, params, n_heads, cache), "
+                            f"got {describe(causal_self_attention)}")
+        self.causal_self_attention = causal_self_attention
+
+    def with_self_attention(self, causal_self_attention) -> "DecoderLM":
+        """The same weights (the same arrays), with every block's self-attention computed by
+        ``causal_self_attention`` (None = the package's)."""
+        return DecoderLM(self.W_E, self.W_P, self.blocks, self.W_U, final_norm=self.final_norm,
+                         causal_self_attention=causal_self_attention)
 
     @property
     def max_len(self) -> int:
@@ -308,7 +427,8 @@ class DecoderLM:
         x = self.W_E[ids] + self.W_P[start:start + ids.size]      # (n_new, d_model)
         new_caches, weights = [], []
         for i, block in enumerate(self.blocks):
-            result = block(x, cache=None if caches is None else caches[i])
+            result = block(x, cache=None if caches is None else caches[i],
+                           self_attention=self.causal_self_attention)
             x = result.output
             new_caches.append(result.cache)
             weights.append(result.self_weights)

@@ -9,15 +9,20 @@ The model (``TinyDecoder``) is a GPT-style decoder small enough to train in seco
 
 Attention-only by default (``d_ff=None``), with no attention biases, like the two-layer models in
 which induction heads were first described (Olsson et al. 2022). Every gradient is computed by
-:mod:`transformer_course.backward`; :func:`decoder_block_backward` composes them for one block.
+the six backward passes of :mod:`transformer_course.backward` (notebook 10's exercises);
+:func:`tiny_block_backward` composes them for one block. Any other set of the same six functions
+(a student's) can be passed as ``backward=`` to :meth:`TinyDecoder.loss_and_grads` and :func:`train`;
+:func:`yours_or_reference` collects them, taking the reference for a stub that is not written yet.
 Parameters live in a flat ``dict`` name -> array, gradients in a dict with the same keys.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
-from ._checks import check_rng, positive_int
+from ._checks import check_rng, describe, positive_int
 from .activations import gelu
 from .attention import scaled_dot_product_attention
 from .backward import (
@@ -26,6 +31,7 @@ from .backward import (
     embedding_backward,
     feed_forward_backward,
     layer_norm_backward,
+    softmax_backward,
 )
 from .loss import cross_entropy
 from .masks import causal_mask
@@ -38,12 +44,14 @@ LN_EPS = 1e-5
 
 # -- one decoder block ---------------------------------------------------------------------------------
 
-def decoder_block(x, p: dict, n_heads: int, mask):
-    """One pre-LN decoder block on ``x`` ``(batch, n, d)``; ``p`` holds this block's parameters
+def tiny_block(x, p: dict, n_heads: int, mask):
+    """One pre-LN decoder block of :class:`TinyDecoder` on ``x`` ``(batch, n, d)`` (no cross-attention,
+    no attention biases; notebook 08's ``decoder_block`` is the encoder-decoder block of
+    :mod:`transformer_course.decoder`); ``p`` holds this block's parameters
     (``ln1.gamma``, ``ln1.beta``, ``W_Q``, ``W_K``, ``W_V``, ``W_O`` and, with a feed-forward,
     ``ln2.gamma``, ``ln2.beta``, ``W_1``, ``b_1``, ``W_2``, ``b_2``).
 
-    Returns ``(y, cache)``: ``y`` ``(batch, n, d)`` and what :func:`decoder_block_backward` needs,
+    Returns ``(y, cache)``: ``y`` ``(batch, n, d)`` and what :func:`tiny_block_backward` needs,
     including the attention weights ``cache["weights"]`` ``(batch, heads, n, n)``.
     """
     a = layer_norm(x, p["ln1.gamma"], p["ln1.beta"], LN_EPS)          # (B, n, d)
@@ -62,34 +70,93 @@ def decoder_block(x, p: dict, n_heads: int, mask):
     return x1 + gelu(m @ p["W_1"] + p["b_1"]) @ p["W_2"] + p["b_2"], cache
 
 
-def decoder_block_backward(grad_y, p: dict, cache: dict):
-    """Gradient through :func:`decoder_block`: ``(dx, grads)`` with ``grads`` keyed like ``p``.
+def tiny_block_backward(grad_y, p: dict, cache: dict, backward=None):
+    """Gradient through :func:`tiny_block`: ``(dx, grads)`` with ``grads`` keyed like ``p``.
 
     Composed from the backward of each piece, last piece first: the residual adds copy the
     gradient to both branches; each branch goes back through its sub-layer and its layer norm.
+    ``backward``: the backward functions to compose (see :func:`backward_pieces`); None = the package's.
     """
+    b = backward_pieces(backward)
     grads = {}
     dx1 = grad_y
     if "W_1" in p:                                                    # y = x1 + FFN(LN_2(x1))
-        dm, grads["W_1"], grads["b_1"], grads["W_2"], grads["b_2"] = feed_forward_backward(
+        dm, grads["W_1"], grads["b_1"], grads["W_2"], grads["b_2"] = b.feed_forward_backward(
             grad_y, cache["m"], p["W_1"], p["b_1"], p["W_2"], p["b_2"])
-        dx1_ln, grads["ln2.gamma"], grads["ln2.beta"] = layer_norm_backward(
+        dx1_ln, grads["ln2.gamma"], grads["ln2.beta"] = b.layer_norm_backward(
             dm, cache["x1"], p["ln2.gamma"], LN_EPS)
         dx1 = grad_y + dx1_ln
     d = dx1.shape[-1]
     rows = dx1.reshape(-1, d)                                         # (B·n, d): x1 = x + merged W_O
     grads["W_O"] = cache["merged"].reshape(-1, d).T @ rows
     d_heads = split_heads(dx1 @ p["W_O"].T, cache["q"].shape[-3])     # (B, h, n, d_head)
-    dq, dk, dv = attention_backward(d_heads, cache["q"], cache["k"], cache["v"],
-                                    weights=cache["weights"])
+    dq, dk, dv = b.attention_backward(d_heads, cache["q"], cache["k"], cache["v"], cache["mask"])
     a_rows = cache["a"].reshape(-1, d)                                # (B·n, d)
     da = 0.0
     for name, dh in (("W_Q", dq), ("W_K", dk), ("W_V", dv)):
         d_proj = merge_heads(dh)                                      # (B, n, d)
         grads[name] = a_rows.T @ d_proj.reshape(-1, d)
         da = da + d_proj @ p[name].T
-    dx_ln, grads["ln1.gamma"], grads["ln1.beta"] = layer_norm_backward(da, cache["x"], p["ln1.gamma"], LN_EPS)
+    dx_ln, grads["ln1.gamma"], grads["ln1.beta"] = b.layer_norm_backward(da, cache["x"], p["ln1.gamma"], LN_EPS)
     return dx1 + dx_ln, grads
+
+
+# -- which backward functions ----------------------------------------------------------------------------
+
+# The six backward passes of notebook 10 (softmax_backward is reached through attention_backward).
+BACKWARD_PIECES = ("softmax_backward", "attention_backward", "layer_norm_backward", "feed_forward_backward",
+                   "cross_entropy_backward", "embedding_backward")
+
+
+_REFERENCE_BACKWARD = SimpleNamespace(
+    softmax_backward=softmax_backward, attention_backward=attention_backward,
+    layer_norm_backward=layer_norm_backward, feed_forward_backward=feed_forward_backward,
+    cross_entropy_backward=cross_entropy_backward, embedding_backward=embedding_backward)
+
+
+def backward_pieces(backward=None) -> SimpleNamespace:
+    """The backward functions a gradient is composed of, as a namespace with the six names of
+    :data:`BACKWARD_PIECES`.
+
+    ``backward``: None (the package's :mod:`transformer_course.backward`), a module or object with
+    those attributes, or a mapping name -> function (e.g. a notebook's ``globals()``).
+    """
+    if backward is None:
+        backward = _REFERENCE_BACKWARD
+    get = backward.get if hasattr(backward, "get") and hasattr(backward, "keys") else \
+        (lambda name: getattr(backward, name, None))
+    pieces = {name: get(name) for name in BACKWARD_PIECES}
+    missing = [name for name, fn in pieces.items() if not callable(fn)]
+    if missing:
+        raise TypeError(f"backward must provide the functions {', '.join(BACKWARD_PIECES)}; "
+                        f"{describe(backward)} has no callable {', '.join(missing)}")
+    return SimpleNamespace(**pieces)
+
+
+def is_stub(fn) -> bool:
+    """True for a function that is not written yet: its code raises ``NotImplementedError``
+    (nbgrader's ``raise NotImplementedError()`` stub)."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and "NotImplementedError" in code.co_names
+
+
+def yours_or_reference(namespace, names, reference):
+    """Collect the functions ``names`` from ``namespace`` (a mapping such as a notebook's ``globals()``),
+    taking the one of the module ``reference`` for every name that is missing or still a stub.
+
+    Returns ``(pieces, yours, fallen_back)``: a namespace name -> function, and the names taken from
+    ``namespace`` and from ``reference``.
+    """
+    chosen, yours, fallen_back = {}, [], []
+    for name in names:
+        fn = namespace.get(name)
+        if callable(fn) and not is_stub(fn):
+            chosen[name] = fn
+            yours.append(name)
+        else:
+            chosen[name] = getattr(reference, name)
+            fallen_back.append(name)
+    return SimpleNamespace(**chosen), yours, fallen_back
 
 
 # -- the model -----------------------------------------------------------------------------------------
@@ -158,7 +225,7 @@ class TinyDecoder:
         x = self.params["E"][tokens] + self.positions[:n]                  # (B, n, d)
         blocks = []
         for layer in range(self.n_layers):
-            x, c = decoder_block(x, self.block_params(layer), self.n_heads, mask)
+            x, c = tiny_block(x, self.block_params(layer), self.n_heads, mask)
             blocks.append(c)
         xf = layer_norm(x, self.params["lnf.gamma"], self.params["lnf.beta"], LN_EPS)
         logits = xf @ self.params["U"]                                     # (B, n, V)
@@ -170,20 +237,24 @@ class TinyDecoder:
         """Mean next-token cross-entropy (nats) of ``targets`` ``(batch, n)`` given ``tokens``."""
         return cross_entropy(self.forward(tokens)[0], targets)
 
-    def loss_and_grads(self, tokens, targets):
-        """``(loss, grads, cache)``: the loss, dL/d(every parameter) keyed like ``params``, the forward cache."""
+    def loss_and_grads(self, tokens, targets, *, backward=None):
+        """``(loss, grads, cache)``: the loss, dL/d(every parameter) keyed like ``params``, the forward cache.
+
+        ``backward``: the backward functions the gradient is composed of (see :func:`backward_pieces`);
+        None = the package's :mod:`transformer_course.backward`."""
+        b = backward_pieces(backward)
         logits, cache = self.forward(tokens)
         loss = cross_entropy(logits, targets)
         d = self.d_model
-        dlogits = cross_entropy_backward(logits, targets)                  # (B, n, V)
+        dlogits = b.cross_entropy_backward(logits, targets)                # (B, n, V)
         grads = {"U": cache["xf"].reshape(-1, d).T @ dlogits.reshape(-1, self.vocab_size)}
         dxf = dlogits @ self.params["U"].T                                 # (B, n, d)
-        dx, grads["lnf.gamma"], grads["lnf.beta"] = layer_norm_backward(
+        dx, grads["lnf.gamma"], grads["lnf.beta"] = b.layer_norm_backward(
             dxf, cache["x_last"], self.params["lnf.gamma"], LN_EPS)
         for layer in reversed(range(self.n_layers)):
-            dx, g = decoder_block_backward(dx, self.block_params(layer), cache["blocks"][layer])
+            dx, g = tiny_block_backward(dx, self.block_params(layer), cache["blocks"][layer], b)
             grads.update({f"{layer}.{k}": v for k, v in g.items()})
-        grads["E"] = embedding_backward(dx, cache["tokens"], self.vocab_size)
+        grads["E"] = b.embedding_backward(dx, cache["tokens"], self.vocab_size)
         return loss, grads, cache
 
 
@@ -293,7 +364,7 @@ def repeat_loss(model: TinyDecoder, seq, period: int):
 # -- the training loop ---------------------------------------------------------------------------------
 
 def train(model: TinyDecoder, optimiser: AdamW, rng, steps: int, *, batch=32, eval_sets=None,
-          eval_every=25, print_every=0, max_period=16):
+          eval_every=25, print_every=0, max_period=16, backward=None):
     """Train ``model`` on fresh :func:`training_batch` data for ``steps`` steps.
 
     Args:
@@ -302,6 +373,8 @@ def train(model: TinyDecoder, optimiser: AdamW, rng, steps: int, *, batch=32, ev
             of every layer are recorded for each.
         print_every: print a progress line (step, mean training loss to 1 decimal) this often; 0 = never.
             No timings are printed, so the output is the same on every machine.
+        backward: the backward functions every gradient is composed of (see :func:`backward_pieces`;
+            notebook 10 passes the student's); None = the package's.
 
     Returns:
         ``history`` dict: ``loss`` (steps,) training losses; ``eval_step`` (evals,); for each eval set
@@ -309,6 +382,7 @@ def train(model: TinyDecoder, optimiser: AdamW, rng, steps: int, *, batch=32, ev
     """
     rng = check_rng(rng)
     steps = positive_int(steps, "steps")
+    backward = backward_pieces(backward)
     eval_sets = eval_sets or {}
     hist = {"loss": np.empty(steps), "eval_step": []}
     for name in eval_sets:
@@ -327,7 +401,7 @@ def train(model: TinyDecoder, optimiser: AdamW, rng, steps: int, *, batch=32, ev
         if eval_sets and step % eval_every == 0:
             evaluate(step)
         inputs, targets = training_batch(rng, batch, inputs_len, model.vocab_size, max_period=max_period)
-        loss, grads, _ = model.loss_and_grads(inputs, targets)
+        loss, grads, _ = model.loss_and_grads(inputs, targets, backward=backward)
         optimiser.step(grads)
         hist["loss"][step] = loss
         if print_every and (step + 1) % print_every == 0:

@@ -50,11 +50,11 @@ def _softmax_inputs(rng):
     blocked[..., int(rng.integers(0, n))] = False           # every row keeps a key
     scores[blocked] = -np.inf
     scores[0, 0] = rng.normal(0, 1, n) + 40.0 * (np.arange(n) == int(rng.integers(0, n)))   # saturated
-    return {"p": softmax(scores), "grad_p": rng.normal(0, 1, (b, m, n))}
+    return {"p": softmax(scores), "g": rng.normal(0, 1, (b, m, n))}
 
 
-def _softmax_ref(p, grad_p):
-    return softmax_backward(p, grad_p)
+def _softmax_ref(p, g):
+    return softmax_backward(p, g)
 
 
 CASES["learning.softmax_backward"] = Case(
@@ -68,7 +68,7 @@ def _softmax_2d_inputs(rng):
     scores = rng.normal(0, 2.0, (m, n))
     scores[0] = -np.inf                                     # a query that sees no key: softmax gives zeros
     scores[1] += 40.0 * (np.arange(n) == int(rng.integers(0, n)))
-    return {"p": softmax(scores), "grad_p": rng.normal(0, 1, (m, n))}
+    return {"p": softmax(scores), "g": rng.normal(0, 1, (m, n))}
 
 
 CASES["learning.softmax_backward_2d"] = Case(

@@ -8,30 +8,30 @@ a mask that lets gradient through blocked positions.
 MUTANTS = {
     # -- softmax_backward -------------------------------------------------------------
     "softmax backward p * g (the <g, p> term dropped)": {"softmax_backward": '''
-def softmax_backward(p, grad_p):
-    return p * grad_p
+def softmax_backward(p, g):
+    return p * g
 '''},
     "softmax backward with <g, p> summed over the wrong axis": {"softmax_backward": '''
-def softmax_backward(p, grad_p):
-    return p * (grad_p - np.sum(grad_p * p, axis=-2, keepdims=True))
+def softmax_backward(p, g):
+    return p * (g - np.sum(g * p, axis=-2, keepdims=True))
 '''},
     "softmax backward subtracting sum(g) instead of <g, p>": {"softmax_backward": '''
-def softmax_backward(p, grad_p):
-    return p * (grad_p - np.sum(grad_p, axis=-1, keepdims=True))
+def softmax_backward(p, g):
+    return p * (g - np.sum(g, axis=-1, keepdims=True))
 '''},
     "softmax backward (1 - p) g (diagonal of the Jacobian only)": {"softmax_backward": '''
-def softmax_backward(p, grad_p):
-    return p * (1 - p) * grad_p
+def softmax_backward(p, g):
+    return p * (1 - p) * g
 '''},
     "softmax backward for a single row only (np.diag / np.outer)": {"softmax_backward": '''
-def softmax_backward(p, grad_p):
+def softmax_backward(p, g):
     J = np.diag(p.reshape(-1)) - np.outer(p.reshape(-1), p.reshape(-1))
-    return (J @ grad_p.reshape(-1)).reshape(p.shape)
+    return (J @ g.reshape(-1)).reshape(p.shape)
 '''},
     "softmax backward renormalising p first (a fully masked row becomes NaN)": {"softmax_backward": '''
-def softmax_backward(p, grad_p):
+def softmax_backward(p, g):
     q = p / p.sum(axis=-1, keepdims=True)
-    return q * (grad_p - np.sum(grad_p * q, axis=-1, keepdims=True))
+    return q * (g - np.sum(g * q, axis=-1, keepdims=True))
 '''},
     # -- attention_backward -----------------------------------------------------------
     "attention backward without the 1/sqrt(d_k)": {"attention_backward": '''
