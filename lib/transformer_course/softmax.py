@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import check_array, check_distributions, check_scores
+from ._checks import as_float_array, check_array, check_distributions, check_same_shape, check_scores
 
 
 def softmax(x, axis: int = -1) -> np.ndarray:
@@ -33,6 +33,28 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     exps = np.exp(x - row_max)
     total = np.sum(exps, axis=axis, keepdims=True)
     return exps / np.where(total == 0, 1, total).astype(x.dtype, copy=False)
+
+
+# -- its backward ----------------------------------------------------------------------------------
+
+def softmax_backward(p, grad_p, axis: int = -1) -> np.ndarray:
+    """Gradient through ``p = softmax(s, axis)`` (forward: :func:`transformer_course.softmax.softmax`).
+
+    With the Jacobian ``J = diag(p) - p p^T`` of each row (theory.md §2.2, symmetric),
+    ``dL/ds = J g = p * (g - <g, p>)``: one product and one row sum, never the ``(n, n)`` matrix.
+
+    Args:
+        p: the softmax output ``(..., n)`` (rows along ``axis`` sum to 1, or are all 0 when fully masked).
+        grad_p: ``dL/dp``, same shape.
+        axis: the axis the softmax normalised.
+
+    Returns:
+        ``dL/ds``, same shape. Where ``p`` is 0 (a masked key) the gradient is exactly 0.
+    """
+    p = as_float_array(p, "p")
+    g = as_float_array(grad_p, "grad_p")
+    check_same_shape(g, "grad_p", p.shape, "p")
+    return p * (g - np.sum(g * p, axis=axis, keepdims=True))
 
 
 # exp_portable: e**x from operations IEEE 754 rounds the same way on every CPU.
