@@ -151,8 +151,17 @@ def rms_norm_backward(grad_output, x, weight, eps: float = 1e-5):
     if weight.shape != x.shape[-1:]:
         raise ValueError(f"weight must have shape ({x.shape[-1]},) to match x's last axis, got shape {weight.shape}")
     d = x.shape[-1]
-    r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + x.dtype.type(eps))    # (..., 1)
+    with np.errstate(over="ignore"):
+        mean_square = np.mean(x * x, axis=-1, keepdims=True)                           # (..., 1)
+    r = 1.0 / np.sqrt(mean_square + x.dtype.type(eps))                                  # (..., 1)
     xhat = x * r                                                                        # (..., d)
+    overflowed = ~np.isfinite(mean_square)               # the forward's rule: those rows again, scaled
+    if overflowed.any():                                 # r = r_s / s with r_s from x / s, s = max |x|
+        s = row_max_abs(x)                                                              # (..., 1)
+        xs = x / s
+        r_s = 1.0 / np.sqrt(np.mean(xs * xs, axis=-1, keepdims=True) + x.dtype.type(eps) / s / s)
+        r = np.where(overflowed, r_s / s, r)
+        xhat = np.where(overflowed, xs * r_s, xhat)
     g = dy * weight.astype(x.dtype, copy=False)
     dx = r * (g - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
     dweight = np.sum((dy * xhat).reshape(-1, d), axis=0)
