@@ -10,7 +10,7 @@ A decoder block has up to three sub-layers, each with a residual and a layer nor
 
 A decoder-only model (GPT) has no memory and drops the cross-attention.
 
-**The KV cache.** With the causal mask, the keys and values of positions
+**The KV cache** (``kv_cache.py``: a growing and a preallocated one, interchangeable). With the causal mask, the keys and values of positions
 ``0..t`` never change when token ``t+1`` is appended (theory.md §6.2, lemma).
 So a generating model keeps them, per layer, in a cache of shape
 ``(..., n_heads, n_past, d_head)`` and, for each new token, computes one query,
@@ -28,39 +28,12 @@ from .feedforward import PositionwiseFeedForward
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 from .normalization import layer_norm
 from .attention import scaled_dot_product_attention
+from .kv_cache import GrowingKVCache, PreallocatedKVCache
 
 
-class KVCache:
-    """The keys and values of every position seen so far, for one attention layer.
-
-    Attributes:
-        keys, values: ``(..., n_heads, n_past, d_head)`` each.
-    """
-
-    def __init__(self, keys, values):
-        self.keys = np.asarray(keys)
-        self.values = np.asarray(values)
-
-    def __iter__(self):                                    # keys, values = cache
-        return iter((self.keys, self.values))
-
-    def __repr__(self) -> str:
-        return f"KVCache(n_past={self.length}, keys {self.keys.shape}, values {self.values.shape})"
-
-    @property
-    def length(self) -> int:
-        """Number of cached positions ``n_past``."""
-        return self.keys.shape[-2]
-
-    @property
-    def nbytes(self) -> int:
-        """Memory held: ``2 * (...) * n_heads * n_past * d_head * itemsize`` bytes."""
-        return self.keys.nbytes + self.values.nbytes
-
-    def append(self, keys, values) -> "KVCache":
-        """A new cache with ``keys``/``values`` ``(..., n_heads, n_new, d_head)`` appended after the old ones."""
-        return KVCache(np.concatenate([self.keys, keys], axis=-2),      # (..., h, n_past + n_new, d_head)
-                       np.concatenate([self.values, values], axis=-2))
+# Notebook 08's name for one layer's cache: the growing one (kv_cache.py holds both implementations).
+KVCache = GrowingKVCache
+LAYER_CACHES = (GrowingKVCache, PreallocatedKVCache)     # what a decoder block accepts as its cache
 
 
 def offset_causal_mask(n_new: int, n_past: int) -> np.ndarray:
@@ -114,8 +87,8 @@ def _attend_over_cache(attention, x, cache):
     v = split_heads(_project(x, attention.W_V, attention.b_V), h)   # (..., h, n_new, d_head)
     if cache is None:
         cache = KVCache(k[..., :0, :], v[..., :0, :])                          # (..., h, 0, d_head)
-    elif not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be None or a KVCache, got {describe(cache)}")
+    elif not isinstance(cache, LAYER_CACHES):
+        raise TypeError(f"cache must be None or a KVCache (GrowingKVCache or PreallocatedKVCache), got {describe(cache)}")
     elif cache.keys.shape[:-2] != k.shape[:-2] or cache.keys.shape[-1] != d_head or \
             cache.values.shape != cache.keys.shape:
         raise ValueError(f"cache must hold keys and values of shape {k.shape[:-2] + ('n_past', d_head)}, "

@@ -46,6 +46,7 @@ from .activations import silu, silu_backward  # noqa: F401
 from .attention import grouped_query_attention, grouped_query_attention_backward, kv_head_gradient  # noqa: F401
 from .backward import tied_head_backward  # noqa: F401
 from .feedforward import swiglu, swiglu_backward  # noqa: F401
+from .kv_cache import LayerCaches, PreallocatedKVCache
 from .normalization import rms_norm, rms_norm_backward  # noqa: F401
 from .positional import apply_rope, rope_backward, rope_frequencies, rope_tables, rotate_pairs  # noqa: F401
 
@@ -78,25 +79,20 @@ MODEL_DTYPES = (np.float32, np.float64)     # what Llama computes in
 LAYER_TENSORS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
 
 
-class KVCache:
-    """Keys and values of every layer for the positions seen so far.
+class KVCache(LayerCaches):
+    """Keys and values of every layer for the positions seen so far, preallocated for ``capacity``.
 
-    ``keys[l]`` and ``values[l]``: ``(n_kv_heads, capacity, d_head)``; positions ``0..length-1`` are
-    filled. Memory: ``2 * n_layers * n_kv_heads * d_head * capacity`` numbers -- ``n_heads /
-    n_kv_heads`` times less than one key/value head per query head would need.
+    ``cache[L].keys`` and ``cache[L].values``: ``(n_kv_heads, length, d_head)`` views of buffers of
+    ``capacity`` positions (:class:`~transformer_course.kv_cache.PreallocatedKVCache`). Memory:
+    ``2 * n_layers * n_kv_heads * d_head * capacity`` numbers -- ``n_heads / n_kv_heads`` times less
+    than one key/value head per query head would need. ``Llama.forward`` takes any
+    :class:`~transformer_course.kv_cache.LayerCaches` (``LayerCaches.growing(...)`` works the same).
     """
 
     def __init__(self, config: LlamaConfig, capacity: int, dtype=np.float32):
         capacity = positive_int(capacity, "capacity")
-        shape = (config.n_layers, config.n_kv_heads, capacity, config.d_head)
-        self.keys = np.zeros(shape, dtype=dtype)
-        self.values = np.zeros(shape, dtype=dtype)
-        self.capacity = capacity
-        self.length = 0
-
-    @property
-    def nbytes(self) -> int:
-        return self.keys.nbytes + self.values.nbytes
+        super().__init__(PreallocatedKVCache(config.n_kv_heads, capacity, config.d_head, dtype)
+                         for _ in range(config.n_layers))
 
 
 class Llama:
@@ -138,7 +134,7 @@ class Llama:
         Args:
             ids: ``(n,)`` token ids; with a cache they sit at positions ``cache.length ..
                 cache.length + n - 1``, else at ``0..n-1``.
-            cache: a :class:`KVCache` (updated in place) or None.
+            cache: a :class:`KVCache` or any :class:`~transformer_course.kv_cache.LayerCaches` (updated in place), or None.
             return_weights: also return each layer's attention weights.
 
         Returns:
@@ -153,7 +149,11 @@ class Llama:
             raise ValueError(f"ids must lie in 0..{cfg.vocab_size - 1}, got {ids.min()}..{ids.max()}")
         start = 0 if cache is None else cache.length
         n = ids.size
-        if cache is not None and start + n > cache.capacity:
+        if cache is not None and not isinstance(cache, LayerCaches):
+            raise TypeError(f"cache must be None or a KVCache (LayerCaches), got {describe(cache)}")
+        if cache is not None and len(cache) != cfg.n_layers:
+            raise ValueError(f"cache holds {len(cache)} layers, the model has {cfg.n_layers}")
+        if cache is not None and cache.capacity is not None and start + n > cache.capacity:
             raise ValueError(f"the cache holds {cache.capacity} positions; {start} used, {n} more requested")
         if start + n > cfg.context_length:
             raise ValueError(f"ids would sit at positions {start}..{start + n - 1}, past the model's context of "
@@ -171,10 +171,7 @@ class Llama:
             v = (h @ w["attn_v"].T).reshape(n, cfg.n_kv_heads, cfg.d_head).transpose(1, 0, 2)   # (Hkv, n, dh)
             q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
             if cache is not None:                                        # append, then read all positions
-                cache.keys[L, :, start:start + n] = k
-                cache.values[L, :, start:start + n] = v
-                k = cache.keys[L, :, :start + n]                         # (Hkv, n_k, dh)
-                v = cache.values[L, :, :start + n]
+                k, v = cache.append(L, k, v)                             # (Hkv, n_k, dh) each
             attn = grouped_query_attention(q, k, v, positions, return_weights)
             if return_weights:
                 attn, weights = attn
@@ -183,8 +180,6 @@ class Llama:
             x = x + attn @ w["attn_output"].T
             h = rms_norm(x, w["ffn_norm"], cfg.eps)
             x = x + swiglu(h, w["ffn_gate"], w["ffn_up"], w["ffn_down"])
-        if cache is not None:
-            cache.length = start + n
         logits = rms_norm(x, self.final_norm, cfg.eps) @ self.embedding.T    # (n, V): tied head
         return (logits, all_weights) if return_weights else logits
 
