@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import erf
 
-from ._checks import as_float_array, check_array
+from ._checks import as_float_array, check_array, check_same_shape
 
 
 def relu(x) -> np.ndarray:
@@ -23,6 +23,21 @@ def gelu(x) -> np.ndarray:
     x = check_array(x, "x", min_ndim=0)
     z = x.astype(np.promote_types(x.dtype, np.float32))       # SciPy's erf has no float16 loop
     return (0.5 * z * (1 + erf(z / 2 ** 0.5))).astype(x.dtype, copy=False)
+
+
+def gelu_backward(grad_output, x) -> np.ndarray:
+    """Gradient through the exact ``gelu(x) = x Phi(x)`` (forward: :func:`transformer_course.activations.gelu`).
+
+        d gelu / dx = Phi(x) + x phi(x),   Phi = standard normal CDF, phi = its density.
+
+    Args / returns: ``grad_output`` and ``x`` of one shape; ``dL/dx`` of that shape.
+    """
+    x = as_float_array(x, "x", min_ndim=0)
+    dy = as_float_array(grad_output, "grad_output", min_ndim=0)
+    check_same_shape(dy, "grad_output", x.shape, "x")
+    cdf = 0.5 * (1.0 + erf(x / np.sqrt(2.0)))
+    pdf = np.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi)
+    return dy * (cdf + x * pdf)
 
 
 # -- SiLU (swish), the gate of SwiGLU (notebook 09) ------------------------------------------------

@@ -9,7 +9,7 @@ beside its forward there and is imported here:
 * :func:`attention_backward`      -- :func:`transformer_course.attention.scaled_dot_product_attention`
   (in ``attention.py``)
 * :func:`layer_norm_backward`     -- :func:`transformer_course.normalization.layer_norm`
-* :func:`gelu_backward`           -- :func:`transformer_course.activations.gelu`
+* :func:`gelu_backward`           -- :func:`transformer_course.activations.gelu` (in ``activations.py``)
 * :func:`feed_forward_backward`   -- :class:`transformer_course.feedforward.PositionwiseFeedForward` (GELU)
 * :func:`embedding_backward`      -- the lookup ``E[token_ids]``
 * :func:`tied_head_backward`      -- the tied output head ``logits = h E^T`` (notebook 11)
@@ -25,9 +25,9 @@ in PyTorch's autograd), so the backward passes cost no extra sweep over the data
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import erf
 
 from ._checks import as_float_array, check_same_shape as _same_shape, check_vector, describe
+from .activations import gelu, gelu_backward  # noqa: F401 (gelu_backward: exported from here too)
 from .attention import attention_backward  # noqa: F401 (beside its forward; exported from here too)
 from .loss import check_targets
 from .softmax import softmax, softmax_backward  # noqa: F401
@@ -72,22 +72,7 @@ def layer_norm_backward(grad_output, x, gamma=None, eps: float = 1e-5):
     return dx, dgamma, dbeta
 
 
-# -- GELU and the feed-forward sub-layer -----------------------------------------------------------
-
-def gelu_backward(grad_output, x) -> np.ndarray:
-    """Gradient through the exact ``gelu(x) = x Phi(x)`` (forward: :func:`transformer_course.activations.gelu`).
-
-        d gelu / dx = Phi(x) + x phi(x),   Phi = standard normal CDF, phi = its density.
-
-    Args / returns: ``grad_output`` and ``x`` of one shape; ``dL/dx`` of that shape.
-    """
-    x = as_float_array(x, "x", min_ndim=0)
-    dy = as_float_array(grad_output, "grad_output", min_ndim=0)
-    _same_shape(dy, "grad_output", x.shape, "x")
-    cdf = 0.5 * (1.0 + erf(x / np.sqrt(2.0)))
-    pdf = np.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi)
-    return dy * (cdf + x * pdf)
-
+# -- the feed-forward sub-layer (GELU and its derivative: activations.py) -----------------------------------------------------------
 
 def feed_forward_backward(grad_output, x, W_1, b_1, W_2, b_2):
     """Gradient through ``FFN(x) = gelu(x W_1 + b_1) W_2 + b_2`` applied to every token
@@ -120,8 +105,7 @@ def feed_forward_backward(grad_output, x, W_1, b_1, W_2, b_2):
     rows = x.reshape(-1, d_model)                         # (tokens, d_model)
     d_rows = dy.reshape(-1, d_model)                      # (tokens, d_model)
     u = rows @ W_1 + b_1                                  # (tokens, d_ff)
-    cdf = 0.5 * (1.0 + erf(u / np.sqrt(2.0)))
-    h = u * cdf                                           # gelu(u)
+    h = gelu(u)                                           # (tokens, d_ff)
     dW_2 = h.T @ d_rows                                   # (d_ff, d_model)
     db_2 = d_rows.sum(axis=0)                             # (d_model,)
     du = gelu_backward(d_rows @ W_2.T, u)                 # (tokens, d_ff)
@@ -192,8 +176,6 @@ def cross_entropy_backward(logits, targets) -> np.ndarray:
     """
     z = as_float_array(logits, "logits")
     y = check_targets(targets, z.shape)
-    z = z - z.max(axis=-1, keepdims=True)
-    p = np.exp(z)
-    p = p / p.sum(axis=-1, keepdims=True)                 # softmax(z): (..., V)
+    p = softmax(z, axis=-1)                               # (..., V); a new array, changed below
     np.put_along_axis(p, y[..., None], np.take_along_axis(p, y[..., None], axis=-1) - 1.0, axis=-1)
     return p / y.size
