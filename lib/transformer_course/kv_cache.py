@@ -89,6 +89,18 @@ class PreallocatedKVCache:
         self.capacity = shape[1]
         self.length = 0
 
+    @classmethod
+    def on_buffers(cls, keys: np.ndarray, values: np.ndarray) -> "PreallocatedKVCache":
+        """A cache filling the given ``(n_heads, capacity, d_head)`` arrays (e.g. one layer's slice of a
+        model's buffers), empty to start with."""
+        if keys.ndim != 3 or values.shape != keys.shape or values.dtype != keys.dtype:
+            raise ValueError(f"keys and values must be buffers of one shape (n_heads, capacity, d_head) and dtype, "
+                             f"got {describe(keys)} and {describe(values)}")
+        cache = cls.__new__(cls)
+        cache._keys, cache._values = keys, values
+        cache.capacity, cache.length = keys.shape[1], 0
+        return cache
+
     def __repr__(self) -> str:
         return f"PreallocatedKVCache(n_past={self.length} of {self.capacity}, buffers {self._keys.shape})"
 

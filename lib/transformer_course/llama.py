@@ -82,8 +82,8 @@ LAYER_TENSORS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_
 class KVCache(LayerCaches):
     """Keys and values of every layer for the positions seen so far, preallocated for ``capacity``.
 
-    ``cache[L].keys`` and ``cache[L].values``: ``(n_kv_heads, length, d_head)`` views of buffers of
-    ``capacity`` positions (:class:`~transformer_course.kv_cache.PreallocatedKVCache`). Memory:
+    ``cache[L].keys`` and ``cache[L].values``: ``(n_kv_heads, length, d_head)`` views of layer L's
+    slice of ``keys``/``values`` ``(n_layers, n_kv_heads, capacity, d_head)`` (:class:`~transformer_course.kv_cache.PreallocatedKVCache`). Memory:
     ``2 * n_layers * n_kv_heads * d_head * capacity`` numbers -- ``n_heads / n_kv_heads`` times less
     than one key/value head per query head would need. ``Llama.forward`` takes any
     :class:`~transformer_course.kv_cache.LayerCaches` (``LayerCaches.growing(...)`` works the same).
@@ -91,8 +91,10 @@ class KVCache(LayerCaches):
 
     def __init__(self, config: LlamaConfig, capacity: int, dtype=np.float32):
         capacity = positive_int(capacity, "capacity")
-        super().__init__(PreallocatedKVCache(config.n_kv_heads, capacity, config.d_head, dtype)
-                         for _ in range(config.n_layers))
+        shape = (config.n_layers, config.n_kv_heads, capacity, config.d_head)
+        self.keys = np.zeros(shape, dtype=dtype)          # every layer's buffers, (n_layers, Hkv, capacity, dh)
+        self.values = np.zeros(shape, dtype=dtype)
+        super().__init__(PreallocatedKVCache.on_buffers(self.keys[L], self.values[L]) for L in range(config.n_layers))
 
 
 class Llama:
