@@ -26,7 +26,8 @@ The pieces live in their concepts' modules and this file composes them: ``rms_no
 ``normalization.py`` (beside ``layer_norm``), RoPE in ``positional.py`` (beside the sinusoids), ``silu``
 in ``activations.py``, ``swiglu`` in ``feedforward.py``, grouped-query attention in ``attention.py`` (a
 case of ``scaled_dot_product_attention``), each with its backward. They are imported here too, so
-``transformer_course.llama.rms_norm`` and the others keep working.
+``transformer_course.llama.rms_norm`` and the others keep working. ``Llama(config, weights, dtype,
+pieces)`` runs on other functions of the same signatures (:class:`LlamaPieces`), e.g. a student's.
 
 Weights are kept as the file stores them -- matrices (out, in), like ``nn.Linear`` -- and used as
 ``x @ W.T``: a transposed view, no copy. Everything stays in the model's dtype (float32 or float64);
@@ -36,6 +37,7 @@ the position tables are cast to it, so no float64 leaks into a float32 forward p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -97,16 +99,39 @@ class KVCache(LayerCaches):
         super().__init__(PreallocatedKVCache.on_buffers(self.keys[L], self.values[L]) for L in range(config.n_layers))
 
 
+@dataclass(frozen=True)
+class LlamaPieces:
+    """The functions a LLaMA layer is composed of; ``Llama(..., pieces=...)`` runs on other ones (notebook 09's
+    own, say). Any object with these four attributes will do (a ``SimpleNamespace``, a module), called as
+
+        rms_norm(x, weight, eps)                 apply_rope(x, positions, base)
+        swiglu(x, W_gate, W_up, W_down)          grouped_query_attention(q, k, v)   (causal, queries last)
+    """
+
+    rms_norm: Callable = rms_norm
+    apply_rope: Callable = apply_rope
+    swiglu: Callable = swiglu
+    grouped_query_attention: Callable = grouped_query_attention
+
+
+PIECES = ("rms_norm", "apply_rope", "swiglu", "grouped_query_attention")
+
+
 class Llama:
     """A LLaMA-style decoder from a dict of GGUF-named float arrays.
 
     ``weights``: ``"token_embd.weight"`` ``(V, d)`` (also the output head: tied),
     ``"output_norm.weight"`` ``(d,)``, and for every layer L the ``"blk.L.<name>.weight"`` of
-    :data:`LAYER_TENSORS`. W_Q and W_K are in GGUF's order (adjacent-pair RoPE).
+    :data:`LAYER_TENSORS`. W_Q and W_K are in GGUF's order (adjacent-pair RoPE). ``pieces``: the
+    functions it is composed of (:class:`LlamaPieces`; default the concept modules').
     """
 
-    def __init__(self, config: LlamaConfig, weights: dict, dtype=np.float32):
+    def __init__(self, config: LlamaConfig, weights: dict, dtype=np.float32, pieces=None):
         self.config = config
+        self.pieces = LlamaPieces() if pieces is None else pieces
+        for name in PIECES:
+            if not callable(getattr(self.pieces, name, None)):
+                raise TypeError(f"pieces.{name} must be a function, got {describe(getattr(self.pieces, name, None))}")
         self.dtype = float_dtype(dtype, allowed=MODEL_DTYPES)
         missing = [f"blk.{L}.{n}.weight" for L in range(config.n_layers) for n in LAYER_TENSORS
                    if f"blk.{L}.{n}.weight" not in weights]
@@ -162,27 +187,29 @@ class Llama:
                              f"{cfg.context_length} positions (0..{cfg.context_length - 1}, the range RoPE was "
                              f"trained on): {n} ids after {start} cached")
         positions = np.arange(start, start + n)
-        cos, sin = rope_tables(positions, cfg.d_head, cfg.rope_base, self.dtype)   # (n, d_head/2)
+        p = self.pieces
 
         x = self.embedding[ids]                                          # (n, d)
         all_weights = []
         for L, w in enumerate(self.layers):
-            h = rms_norm(x, w["attn_norm"], cfg.eps)                     # (n, d)
+            h = p.rms_norm(x, w["attn_norm"], cfg.eps)                   # (n, d)
             q = (h @ w["attn_q"].T).reshape(n, cfg.n_heads, cfg.d_head).transpose(1, 0, 2)      # (H, n, dh)
             k = (h @ w["attn_k"].T).reshape(n, cfg.n_kv_heads, cfg.d_head).transpose(1, 0, 2)   # (Hkv, n, dh)
             v = (h @ w["attn_v"].T).reshape(n, cfg.n_kv_heads, cfg.d_head).transpose(1, 0, 2)   # (Hkv, n, dh)
-            q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
+            q, k = p.apply_rope(q, positions, cfg.rope_base), p.apply_rope(k, positions, cfg.rope_base)
             if cache is not None:                                        # append, then read all positions
                 k, v = cache.append(L, k, v)                             # (Hkv, n_k, dh) each
-            attn = grouped_query_attention(q, k, v, positions, return_weights)
+            # the queries are the last n of the n_k positions: the attention's default, nothing to pass
             if return_weights:
-                attn, weights = attn
+                attn, weights = p.grouped_query_attention(q, k, v, return_weights=True)
                 all_weights.append(weights)
+            else:
+                attn = p.grouped_query_attention(q, k, v)                # (H, n, dh)
             attn = attn.transpose(1, 0, 2).reshape(n, cfg.d_model)      # (n, H*dh) = (n, d)
             x = x + attn @ w["attn_output"].T
-            h = rms_norm(x, w["ffn_norm"], cfg.eps)
-            x = x + swiglu(h, w["ffn_gate"], w["ffn_up"], w["ffn_down"])
-        logits = rms_norm(x, self.final_norm, cfg.eps) @ self.embedding.T    # (n, V): tied head
+            h = p.rms_norm(x, w["ffn_norm"], cfg.eps)
+            x = x + p.swiglu(h, w["ffn_gate"], w["ffn_up"], w["ffn_down"])
+        logits = p.rms_norm(x, self.final_norm, cfg.eps) @ self.embedding.T    # (n, V): tied head
         return (logits, all_weights) if return_weights else logits
 
     def step_function(self, cache: KVCache):
