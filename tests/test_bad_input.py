@@ -271,7 +271,7 @@ CASES = [
      r"overflow float64: 24 of 24 are not finite \(max \|Q\| = 1e\+160, max \|K\| = 1e\+160, d_k = 5\)"),
     ("grouped-query scores that overflow", lambda: tl.grouped_query_attention(
         np.full((2, 3, 4), 1e20, F32), np.full((1, 3, 4), 1e20, F32), np.ones((1, 3, 4), F32)), ValueError,
-     r"the scores q k\^T / sqrt\(d_k\) overflow float32"),
+     r"the scores Q K\^T / sqrt\(d_k\) overflow float32: 18 of 18"),   # grouped-query = the one attention core
 ]
 
 

@@ -223,3 +223,47 @@ def test_dequantize_refuses_partial_blocks():
     with pytest.raises(TypeError, match="uint8"):
         Q.dequantize_q8_0(np.zeros(34, np.int16))
     assert Q.bits_per_number("Q4_1") == 5.0 and Q.bits_per_number("Q8_0") == 8.5
+
+
+# ---------------------------------------------------------------------------------------------
+# The pieces it is composed of: the package's by default, any others on request
+# ---------------------------------------------------------------------------------------------
+def test_llama_runs_on_the_pieces_it_is_given():
+    from types import SimpleNamespace
+
+    from transformer_course import attention, feedforward, normalization, positional
+
+    model = tiny_model(np.float64)
+    ids = np.random.default_rng(7).integers(0, 50, 9)
+    default = model.forward(ids)
+    explicit = SimpleNamespace(rms_norm=normalization.rms_norm, apply_rope=positional.apply_rope,
+                               swiglu=feedforward.swiglu, grouped_query_attention=attention.grouped_query_attention)
+    again = L.Llama(model.config, _weights_of(model), np.float64, pieces=explicit)
+    np.testing.assert_array_equal(again.forward(ids), default)          # the same functions: the same bits
+    cache = again.new_cache(9)
+    stepped = np.concatenate([again.forward(ids[:4], cache), again.forward(ids[4:], cache)])
+    np.testing.assert_allclose(stepped, default, rtol=0, atol=1e-12 * np.abs(default).max())
+
+    def rms_norm_without_gain(x, weight, eps):                          # a plausible wrong piece
+        return normalization.rms_norm(x, np.ones_like(weight), eps)
+
+    for name, wrong in (("rms_norm", rms_norm_without_gain),
+                        ("apply_rope", lambda x, positions, base: x),   # no rotation
+                        ("swiglu", lambda x, W_gate, W_up, W_down: (np.maximum(x @ W_gate.T, 0) * (x @ W_up.T)) @ W_down.T),
+                        ("grouped_query_attention",                     # forgets the causal mask
+                         lambda q, k, v: attention.grouped_query_attention(q, k, v, np.full(q.shape[1], k.shape[1] - 1)))):
+        pieces = SimpleNamespace(**{**vars(explicit), name: wrong})
+        logits = L.Llama(model.config, _weights_of(model), np.float64, pieces=pieces).forward(ids)
+        assert np.abs(logits - default).max() > 1e-3 * np.abs(default).max(), f"a wrong {name} left the logits as they were"
+
+
+def test_llama_refuses_pieces_that_are_not_functions():
+    model = tiny_model()
+    with pytest.raises(TypeError, match="pieces.swiglu must be a function"):
+        L.Llama(model.config, _weights_of(model), pieces=L.LlamaPieces(swiglu=None))
+
+
+def _weights_of(model) -> dict:
+    w = {"token_embd.weight": model.embedding, "output_norm.weight": model.final_norm}
+    w.update({f"blk.{i}.{name}.weight": a for i, layer in enumerate(model.layers) for name, a in layer.items()})
+    return w

@@ -56,6 +56,24 @@ def test_rms_norm_backward(rng):
     assert rel(dw, central_differences(f, w)) < FD_TOL
 
 
+@pytest.mark.parametrize(("dtype", "scale"), [(np.float32, 1e20), (np.float32, 1e30), (np.float64, 1e160)])
+def test_rms_norm_backward_of_huge_rows_is_finite_and_right(rng, dtype, scale):
+    """x * x overflows (float32 near 1e20, float64 near 1e155) while the forward is finite: the backward
+    rescales the row as the forward does. RMSNorm ignores the row's scale (eps aside), so dL/dx of ``c x``
+    is ``dL/dx(x) / c``: the float64 gradient of the unscaled row, divided by ``scale``."""
+    x = rng.normal(0, 1, (3, 8))
+    w = rng.uniform(0.5, 2.0, 8)
+    G = rng.normal(0, 1, x.shape)
+    big = (x * scale).astype(dtype)
+    assert np.isfinite(ll.rms_norm(big, w.astype(dtype))).all()
+    dx, dw = ll.rms_norm_backward(G.astype(dtype), big, w.astype(dtype))
+    assert np.isfinite(dx).all() and np.isfinite(dw).all(), f"rms_norm_backward of |x| ~ {scale:g}: {dx}, {dw}"
+    ref_dx, ref_dw = ll.rms_norm_backward(G, big.astype(np.float64) / scale, w, eps=1e-30)   # eps / scale^2 ~ 0
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    assert rel(dx.astype(np.float64) * scale, ref_dx) < tol, "dx of the huge rows is not dx of the row / scale"
+    assert rel(dw, ref_dw) < tol, "dweight of the huge rows is not that of the unscaled rows"
+
+
 def test_rope_backward_is_the_inverse_rotation(rng):
     x = rng.normal(0, 1, (3, 5, 8))
     pos = np.array([0, 3, 7, 100, 4095])

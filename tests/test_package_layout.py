@@ -76,3 +76,34 @@ def test_import_graph_has_no_cycle():
     for name in sorted(graph):
         visit(name, [])
     assert "transformer_course.multihead" in graph["transformer_course_fast.attention"]   # fast -> reference
+
+
+# Names kept for the notebooks that call them (07: MiniLM's loaders, 09: SmolLM2's), each an alias of a
+# function whose own name says which model it loads.
+NOTEBOOK_ALIASES = {
+    "transformer_course.pretrained": {"model_path": "minilm_path", "load_config": "load_minilm_config",
+                                      "load_weights": "load_minilm_weights", "load_tokenizer": "load_minilm_tokenizer",
+                                      "load_reference": "load_minilm_reference"},
+    "transformer_course.smollm2": {"model_path": "smollm2_path", "read_gguf": "read_smollm2_gguf",
+                                   "load_tokenizer": "tokenizer_from_metadata", "load_weights": "weights_from_gguf"},
+    "transformer_course.smollm2_reference": {"load_reference": "load_torch_smollm2"},
+}
+
+
+def test_each_public_function_is_defined_under_one_name_in_one_module():
+    """A public name defined (def/class) in two modules of the reference means two things: refused."""
+    where: dict[str, list[str]] = {}
+    for path in REFERENCE:
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                where.setdefault(node.name, []).append(path.name)
+    assert not {n: m for n, m in where.items() if len(m) > 1}, {n: m for n, m in where.items() if len(m) > 1}
+
+
+@pytest.mark.parametrize("module", sorted(NOTEBOOK_ALIASES))
+def test_the_notebooks_loader_names_are_aliases(module):
+    import importlib
+
+    mod = importlib.import_module(module)
+    for old, new in NOTEBOOK_ALIASES[module].items():
+        assert getattr(mod, old) is getattr(mod, new), f"{module}.{old} is not {module}.{new}"

@@ -162,6 +162,12 @@ def check_axis(axis, ndim: int, name: str = "axis") -> int:
     return int(axis) % ndim
 
 
+def check_same_shape(arr: np.ndarray, name: str, shape, what: str) -> None:
+    """Refuse ``arr`` unless its shape is ``shape`` (a gradient has the shape of what it differentiates)."""
+    if arr.shape != tuple(shape):
+        raise ValueError(f"{name} must have the shape of {what} {tuple(shape)}, got shape {arr.shape}")
+
+
 def check_vector(arr, name: str, length: int) -> np.ndarray:
     """A 1-D float parameter of the given length (gamma, beta, a bias)."""
     out = as_float_array(arr, name, min_ndim=1)

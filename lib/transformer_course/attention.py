@@ -15,17 +15,20 @@ import numbers
 import numpy as np
 
 from ._checks import (  # noqa: F401 (check_mask: also used from here)
+    as_float_array,
     check_array,
     check_finite,
     check_mask,
     check_qk,
     check_qkv,
+    check_same_shape,
     check_scores_finite,
     describe,
     positive_float,
+    positive_int,
     scores_may_overflow,
 )
-from .softmax import softmax
+from .softmax import softmax, softmax_backward
 
 
 def attention_scores(Q, K) -> np.ndarray:
@@ -84,6 +87,44 @@ def apply_mask(scores: np.ndarray, mask) -> np.ndarray:
     return scores + mask.astype(scores.dtype, copy=False)
 
 
+# -- its backward ----------------------------------------------------------------------------------
+
+def attention_backward(grad_output, Q, K, V, mask=None):
+    """Gradient through ``O = softmax(Q K^T / sqrt(d_k) + mask) V``
+    (forward: :func:`transformer_course.attention.scaled_dot_product_attention`).
+
+        dV = P^T dO,   dP = dO V^T,   dS = softmax_backward(P, dP),
+        dQ = dS K / sqrt(d_k),   dK = dS^T Q / sqrt(d_k)
+
+    A blocked key has ``P = 0``, so ``dS`` -- and every gradient through it -- is exactly 0 there.
+
+    Args:
+        grad_output: ``dL/dO`` ``(..., n_q, d_v)``.
+        Q, K, V: the forward's inputs ``(..., n_q, d_k)``, ``(..., n_k, d_k)``, ``(..., n_k, d_v)``.
+        mask: the forward's mask (boolean, True = may attend, or additive float), or None.
+            The weights ``P`` are recomputed from ``Q``, ``K`` and the mask (one forward's work).
+
+    Returns:
+        ``(dQ, dK, dV)`` with the shapes of ``Q``, ``K``, ``V``.
+    """
+    Q, K, V = check_qkv(Q, K, V)
+    dO = as_float_array(grad_output, "grad_output", min_ndim=2)
+    check_same_shape(dO, "grad_output", Q.shape[:-1] + V.shape[-1:], "the output (..., n_q, d_v)")
+    _, P = scaled_dot_product_attention(Q, K, V, mask)          # (..., n_q, n_k)
+    return _attention_backward_given_weights(dO, Q, K, V, P)
+
+
+def _attention_backward_given_weights(dO, Q, K, V, P):
+    """:func:`attention_backward` once the weights ``P`` (..., n_q, n_k) are known (checked inputs)."""
+    scale = np.result_type(Q, K).type(1.0 / np.sqrt(Q.shape[-1]))     # keeps float32 in float32
+    dV = np.swapaxes(P, -1, -2) @ dO                              # (..., n_k, n_q) @ (..., n_q, d_v)
+    dP = dO @ np.swapaxes(V, -1, -2)                              # (..., n_q, n_k)
+    dS = softmax_backward(P, dP) * scale                          # (..., n_q, n_k), d/d(Q K^T)
+    dQ = dS @ K                                                   # (..., n_q, d_k)
+    dK = np.swapaxes(dS, -1, -2) @ Q                              # (..., n_k, d_k)
+    return dQ, dK, dV
+
+
 def lookup_query(K, j: int, confidence: float = 0.99) -> np.ndarray:
     """The shortest query that retrieves key ``j`` with weight exactly ``confidence`` (notebook 01).
 
@@ -131,3 +172,113 @@ def lookup_query(K, j: int, confidence: float = 0.99) -> np.ndarray:
     target[j] = np.sqrt(d) * margin                                # K q = sqrt(d) * scaled scores
     # n equations, d >= n unknowns: lstsq returns the minimum-norm solution, q = K^T (K K^T)^{-1} target
     return np.linalg.lstsq(K, target, rcond=None)[0]               # (d,)
+
+
+# -- grouped-query attention: causal attention where groups of query heads share a key/value head --
+
+def _grouped(q, k, v, query_positions, grad_output=None):
+    """Checks shared by grouped-query attention's forward and backward; the group's queries as one
+    block ``(n_kv, group * n_q, d)`` over its key/value head and the causal mask for that block."""
+    q = as_float_array(q, "q", min_ndim=3)
+    k = as_float_array(k, "k", min_ndim=3)
+    v = as_float_array(v, "v", min_ndim=3)
+    n_heads, n_q, d = q.shape
+    n_kv, n_k, _ = k.shape
+    if q.ndim != 3 or k.ndim != 3 or k.shape[2] != d or v.shape != k.shape:
+        raise ValueError(f"expected q (n_heads, n_q, d) and k, v (n_kv_heads, n_k, d) with the same d; "
+                         f"got q {q.shape}, k {k.shape}, v {v.shape}")
+    if n_heads % n_kv:
+        raise ValueError(f"n_kv_heads = {n_kv} must divide n_heads = {n_heads}")
+    if grad_output is not None:
+        check_same_shape(as_float_array(grad_output, "grad_output", min_ndim=3), "grad_output", q.shape, "q")
+    if query_positions is None:
+        query_positions = np.arange(n_k - n_q, n_k)
+    query_positions = np.asarray(query_positions)
+    if query_positions.shape != (n_q,):
+        raise ValueError(f"query_positions must have shape ({n_q},), got {describe(query_positions)}")
+    group = n_heads // n_kv
+    qg = q.reshape(n_kv, group * n_q, d)                  # (n_kv, group*n_q, d): query head h -> kv head h // group
+    sees = np.arange(n_k)[None, :] <= query_positions[:, None]           # (n_q, n_k): keys at or before the query
+    mask = np.tile(sees, (group, 1))                                     # (group*n_q, n_k): the same for each head
+    return qg, k, v, mask
+
+
+def grouped_query_attention(q, k, v, query_positions=None, return_weights: bool = False):
+    """Causal attention where groups of query heads share one key/value head.
+
+    Query head ``h`` reads key/value head ``h // (n_heads // n_kv_heads)``. It is
+    :func:`scaled_dot_product_attention` itself: the ``group`` query heads that share a key/value head
+    are stacked into one block of ``group * n_q`` queries over that head, with the causal mask.
+
+    Args:
+        q: ``(n_heads, n_q, d)`` queries (already rotated).
+        k, v: ``(n_kv_heads, n_k, d)`` keys (rotated) and values, positions ``0..n_k-1``;
+            ``n_kv_heads`` must divide ``n_heads``.
+        query_positions: ``(n_q,)`` positions of the queries; default the last ``n_q`` positions,
+            ``n_k - n_q .. n_k - 1`` (the case with a KV cache). A query sees keys at positions
+            ``<=`` its own.
+        return_weights: also return the attention weights.
+
+    Returns:
+        ``(n_heads, n_q, d)`` in ``q``'s dtype, and with ``return_weights`` the weights ``(n_heads, n_q, n_k)``.
+    """
+    qg, k, v, mask = _grouped(q, k, v, query_positions)
+    n_heads, n_q, d = np.shape(q)
+    out, weights = scaled_dot_product_attention(qg, k, v, mask)          # (n_kv, group*n_q, d), (.., n_k)
+    out = out.reshape(n_heads, n_q, d)
+    if return_weights:
+        return out, weights.reshape(n_heads, n_q, k.shape[1])
+    return out
+
+
+def grouped_query_attention_backward(grad_output, q, k, v, query_positions=None, weights=None):
+    """Gradient through :func:`grouped_query_attention` (causal, query head ``h`` reads key/value
+    head ``h // group``).
+
+    It is :func:`attention_backward` on the forward's blocks: each key/value head is read by the
+    ``group`` query heads of its group, so ITS gradient is the SUM of what those heads send back, and
+    stacking the group's queries into one ``(group * n_q)`` block, as the forward does, makes the
+    matrix products ``P^T dO`` and ``dS^T Q`` do that sum.
+
+    Args:
+        grad_output: ``dL/dout`` ``(n_heads, n_q, d)``.
+        q, k, v, query_positions: the forward's inputs.
+        weights: the forward's attention weights ``(n_heads, n_q, n_k)``; recomputed when None.
+
+    Returns:
+        ``(dq, dk, dv)`` with the shapes of ``q``, ``k``, ``v``.
+    """
+    qg, k, v, mask = _grouped(q, k, v, query_positions, grad_output)
+    n_heads, n_q, d = np.shape(q)
+    dOg = np.asarray(grad_output).reshape(qg.shape)                     # (n_kv, group*n_q, d)
+    if weights is None:
+        _, P = scaled_dot_product_attention(qg, k, v, mask)              # (n_kv, group*n_q, n_k)
+    else:
+        P = as_float_array(weights, "weights", min_ndim=3)
+        check_same_shape(P, "weights", (n_heads, n_q, k.shape[1]), "the scores (n_heads, n_q, n_k)")
+        P = P.reshape(qg.shape[:2] + (k.shape[1],))                       # (n_kv, group*n_q, n_k)
+    dqg, dk, dv = _attention_backward_given_weights(dOg, qg, k, v, P)    # dk, dv summed over the group
+    return dqg.reshape(n_heads, n_q, d), dk, dv
+
+
+def kv_head_gradient(grad_per_query_head, n_kv_heads: int) -> np.ndarray:
+    """The gradient of the shared key (or value) heads from the gradients each query head sends back.
+
+    In grouped-query attention query head ``h`` reads key/value head ``h // (n_heads / n_kv_heads)``.
+    If each query head had its own copy of its key/value head, it would get the gradient
+    ``grad_per_query_head[h]``; the shared head is used by every query head of its group, so its
+    gradient is the SUM over the group (a parameter used twice gets both gradients).
+
+    Args:
+        grad_per_query_head: ``(n_heads, n, d)``.
+        n_kv_heads: must divide ``n_heads``.
+
+    Returns:
+        ``(n_kv_heads, n, d)``.
+    """
+    g = as_float_array(grad_per_query_head, "grad_per_query_head", min_ndim=3)
+    n_kv_heads = positive_int(n_kv_heads, "n_kv_heads")
+    if g.ndim != 3 or g.shape[0] % n_kv_heads:
+        raise ValueError(f"grad_per_query_head must be (n_heads, n, d) with n_heads a multiple of "
+                         f"n_kv_heads = {n_kv_heads}, got {describe(g)}")
+    return g.reshape(n_kv_heads, g.shape[0] // n_kv_heads, *g.shape[1:]).sum(axis=1)

@@ -1,18 +1,21 @@
 """Backward passes: the gradient of a scalar loss L through each forward function (theory.md §11).
 
 Every function here takes ``grad_output`` = dL/d(output of the forward) and returns dL/d(inputs),
-computed from quantities the forward had (its inputs, or its outputs where cheaper). They are grouped
-by the forward they differentiate, each docstring names it:
+computed from quantities the forward had (its inputs, or its outputs where cheaper). This module is
+the index of the backward passes of notebook 10; where a concept's module exists the backward sits
+beside its forward there and is imported here:
 
-* :func:`softmax_backward`        -- :func:`transformer_course.softmax.softmax`
+* :func:`softmax_backward`        -- :func:`transformer_course.softmax.softmax` (in ``softmax.py``)
 * :func:`attention_backward`      -- :func:`transformer_course.attention.scaled_dot_product_attention`
+  (in ``attention.py``)
 * :func:`layer_norm_backward`     -- :func:`transformer_course.normalization.layer_norm`
-* :func:`gelu_backward`           -- :func:`transformer_course.activations.gelu`
+* :func:`gelu_backward`           -- :func:`transformer_course.activations.gelu` (in ``activations.py``)
 * :func:`feed_forward_backward`   -- :class:`transformer_course.feedforward.PositionwiseFeedForward` (GELU)
 * :func:`embedding_backward`      -- the lookup ``E[token_ids]``
+* :func:`tied_head_backward`      -- the tied output head ``logits = h E^T`` (notebook 11)
 * :func:`cross_entropy_backward`  -- :func:`transformer_course.loss.cross_entropy`
 
-(They could later move next to their forwards, one module per concept.) No Jacobian is ever formed:
+No Jacobian is ever formed:
 each backward is a vector-Jacobian product written with the same array operations as its forward.
 Shapes follow the forwards: ``(..., n, d)``; gradients have the shape of what they differentiate.
 Arguments are checked for shape and type; their values are not (a NaN in a gradient propagates, as
@@ -22,75 +25,15 @@ in PyTorch's autograd), so the backward passes cost no extra sweep over the data
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import erf
 
-from ._checks import as_float_array, check_vector, describe
-from .attention import check_qkv, scaled_dot_product_attention
+from ._checks import as_float_array, check_same_shape as _same_shape, check_vector, describe
+from .activations import gelu, gelu_backward  # noqa: F401 (gelu_backward: exported from here too)
+from .attention import attention_backward  # noqa: F401 (beside its forward; exported from here too)
 from .loss import check_targets
+from .softmax import softmax, softmax_backward  # noqa: F401
 
 
-def _same_shape(arr, name: str, shape, what: str) -> None:
-    if arr.shape != tuple(shape):
-        raise ValueError(f"{name} must have the shape of {what} {tuple(shape)}, got shape {arr.shape}")
-
-
-# -- softmax ------------------------------------------------------------------------------------------
-
-def softmax_backward(p, g) -> np.ndarray:
-    """Gradient through ``p = softmax(s)`` along the last axis (forward: :func:`transformer_course.softmax.softmax`).
-
-    Notebook 02 asks for it first and notebook 10 again, with these parameters both times.
-
-    With the Jacobian ``J = diag(p) - p p^T`` of each row (theory.md §2.2, symmetric),
-    ``dL/ds = J g = p * (g - <g, p>)``: one product and one row sum, never the ``(n, n)`` matrix.
-
-    Args:
-        p: the softmax output ``(..., n)`` (rows sum to 1, or are all 0 when fully masked).
-        g: ``dL/dp``, same shape.
-
-    Returns:
-        ``dL/ds``, same shape. Where ``p`` is 0 (a masked key) the gradient is exactly 0.
-    """
-    p = as_float_array(p, "p")
-    g = as_float_array(g, "g")
-    _same_shape(g, "g", p.shape, "p")
-    return p * (g - np.sum(g * p, axis=-1, keepdims=True))
-
-
-# -- scaled dot-product attention ---------------------------------------------------------------------
-
-def attention_backward(grad_output, Q, K, V, mask=None):
-    """Gradient through ``O = softmax(Q K^T / sqrt(d_k) + mask) V``
-    (forward: :func:`transformer_course.attention.scaled_dot_product_attention`).
-
-        dV = P^T dO,   dP = dO V^T,   dS = softmax_backward(P, dP),
-        dQ = dS K / sqrt(d_k),   dK = dS^T Q / sqrt(d_k)
-
-    A blocked key has ``P = 0``, so ``dS`` -- and every gradient through it -- is exactly 0 there.
-
-    Args:
-        grad_output: ``dL/dO`` ``(..., n_q, d_v)``.
-        Q, K, V: the forward's inputs ``(..., n_q, d_k)``, ``(..., n_k, d_k)``, ``(..., n_k, d_v)``.
-        mask: the forward's mask (boolean, True = may attend, or additive float), or None.
-            The weights ``P`` are recomputed from ``Q``, ``K`` and the mask (one forward's work).
-
-    Returns:
-        ``(dQ, dK, dV)`` with the shapes of ``Q``, ``K``, ``V``.
-    """
-    Q, K, V = check_qkv(Q, K, V)
-    dO = as_float_array(grad_output, "grad_output", min_ndim=2)
-    _same_shape(dO, "grad_output", Q.shape[:-1] + V.shape[-1:], "the output (..., n_q, d_v)")
-    _, P = scaled_dot_product_attention(Q, K, V, mask)          # (..., n_q, n_k)
-    scale = np.result_type(Q, K).type(1.0 / np.sqrt(Q.shape[-1]))     # keeps float32 in float32
-    dV = np.swapaxes(P, -1, -2) @ dO                              # (..., n_k, n_q) @ (..., n_q, d_v)
-    dP = dO @ np.swapaxes(V, -1, -2)                              # (..., n_q, n_k)
-    dS = softmax_backward(P, dP) * scale                          # (..., n_q, n_k), d/d(Q K^T)
-    dQ = dS @ K                                                   # (..., n_q, d_k)
-    dK = np.swapaxes(dS, -1, -2) @ Q                              # (..., n_k, d_k)
-    return dQ, dK, dV
-
-
-# -- layer normalisation -------------------------------------------------------------------------------
+# -- layer normalisation ---------------------------------------------------------------------------
 
 def layer_norm_backward(grad_output, x, gamma, eps=1e-5):
     """Gradient through ``y = gamma * (x - mu) / sqrt(var + eps) + beta`` over the last axis
@@ -127,22 +70,7 @@ def layer_norm_backward(grad_output, x, gamma, eps=1e-5):
     return dx, dgamma, dbeta
 
 
-# -- GELU and the feed-forward sub-layer ---------------------------------------------------------------
-
-def gelu_backward(grad_output, x) -> np.ndarray:
-    """Gradient through the exact ``gelu(x) = x Phi(x)`` (forward: :func:`transformer_course.activations.gelu`).
-
-        d gelu / dx = Phi(x) + x phi(x),   Phi = standard normal CDF, phi = its density.
-
-    Args / returns: ``grad_output`` and ``x`` of one shape; ``dL/dx`` of that shape.
-    """
-    x = as_float_array(x, "x", min_ndim=0)
-    dy = as_float_array(grad_output, "grad_output", min_ndim=0)
-    _same_shape(dy, "grad_output", x.shape, "x")
-    cdf = 0.5 * (1.0 + erf(x / np.sqrt(2.0)))
-    pdf = np.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi)
-    return dy * (cdf + x * pdf)
-
+# -- the feed-forward sub-layer (GELU and its derivative: activations.py) -----------------------------------------------------------
 
 def feed_forward_backward(grad_output, x, W_1, b_1, W_2, b_2):
     """Gradient through ``FFN(x) = gelu(x W_1 + b_1) W_2 + b_2`` applied to every token
@@ -175,8 +103,7 @@ def feed_forward_backward(grad_output, x, W_1, b_1, W_2, b_2):
     rows = x.reshape(-1, d_model)                         # (tokens, d_model)
     d_rows = dy.reshape(-1, d_model)                      # (tokens, d_model)
     u = rows @ W_1 + b_1                                  # (tokens, d_ff)
-    cdf = 0.5 * (1.0 + erf(u / np.sqrt(2.0)))
-    h = u * cdf                                           # gelu(u)
+    h = gelu(u)                                           # (tokens, d_ff)
     dW_2 = h.T @ d_rows                                   # (d_ff, d_model)
     db_2 = d_rows.sum(axis=0)                             # (d_model,)
     du = gelu_backward(d_rows @ W_2.T, u)                 # (tokens, d_ff)
@@ -186,7 +113,7 @@ def feed_forward_backward(grad_output, x, W_1, b_1, W_2, b_2):
     return dx, dW_1, db_1, dW_2, db_2
 
 
-# -- embeddings ----------------------------------------------------------------------------------------
+# -- embeddings ------------------------------------------------------------------------------------
 
 def embedding_backward(grad_output, token_ids, vocab_size: int) -> np.ndarray:
     """Gradient through the lookup ``X = E[token_ids]`` with respect to the table ``E`` ``(vocab_size, d)``.
@@ -214,7 +141,25 @@ def embedding_backward(grad_output, token_ids, vocab_size: int) -> np.ndarray:
     return dE
 
 
-# -- cross-entropy -------------------------------------------------------------------------------------
+def tied_head_backward(grad_logits, h, embedding):
+    """Gradient through the tied output head ``logits = h E^T``.
+
+    Returns ``(dh, dE_head)``: ``dh = dlogits E`` ``(..., d)`` and ``dE_head = dlogits^T h`` ``(V, d)``.
+    The embedding table is also the input lookup ``x = E[ids]``, so the whole gradient of ``E`` is
+    ``dE_head + embedding_backward(dx, ids, V)`` (the two uses add).
+    """
+    g = as_float_array(grad_logits, "grad_logits", min_ndim=1)
+    h = as_float_array(h, "h", min_ndim=1)
+    E = as_float_array(embedding, "embedding", min_ndim=2)
+    if g.shape[:-1] != h.shape[:-1] or g.shape[-1] != E.shape[0] or h.shape[-1] != E.shape[1]:
+        raise ValueError(f"expected grad_logits (..., V={E.shape[0]}) and h (..., d={E.shape[1]}) with the same "
+                         f"leading axes, got {describe(g)} and {describe(h)}")
+    dh = g @ E
+    dE = g.reshape(-1, E.shape[0]).T @ h.reshape(-1, E.shape[1])
+    return dh, dE
+
+
+# -- cross-entropy ---------------------------------------------------------------------------------
 
 def cross_entropy_backward(logits, targets) -> np.ndarray:
     """Gradient of the mean cross-entropy (forward: :func:`transformer_course.loss.cross_entropy`).
@@ -229,8 +174,6 @@ def cross_entropy_backward(logits, targets) -> np.ndarray:
     """
     z = as_float_array(logits, "logits")
     y = check_targets(targets, z.shape)
-    z = z - z.max(axis=-1, keepdims=True)
-    p = np.exp(z)
-    p = p / p.sum(axis=-1, keepdims=True)                 # softmax(z): (..., V)
+    p = softmax(z, axis=-1)                               # (..., V); a new array, changed below
     np.put_along_axis(p, y[..., None], np.take_along_axis(p, y[..., None], axis=-1) - 1.0, axis=-1)
     return p / y.size

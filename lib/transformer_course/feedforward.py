@@ -1,4 +1,4 @@
-"""The position-wise feed-forward sub-layer (theory.md §5.2).
+"""The position-wise feed-forward sub-layers: the 2017 MLP (theory.md §5.2) and LLaMA's SwiGLU (§10).
 
     FFN(x) = act(x W_1 + b_1) W_2 + b_2
 
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import check_array, check_matrix, check_rng, check_vector, check_width, float_dtype, positive_int
-from .activations import gelu, relu
+from ._checks import (as_float_array, check_array, check_matrix, check_rng, check_vector, check_width, float_dtype,
+                      positive_int)
+from .activations import gelu, relu, silu, silu_backward
 
 ACTIVATIONS = {"relu": relu, "gelu": gelu}
 
@@ -81,3 +82,48 @@ def _two_layers(x, W_1, b_1, W_2, b_2, activation):
     """The one feed-forward computation (:func:`feed_forward` and the class call it)."""
     hidden = activation(x @ W_1 + b_1)                                  # (..., n, d_ff)
     return hidden @ W_2 + b_2                                           # (..., n, d_model)
+
+
+# -- SwiGLU: LLaMA's gated feed-forward (notebook 09) ----------------------------------------------
+
+def swiglu(x, W_gate, W_up, W_down) -> np.ndarray:
+    """The gated feed-forward ``(silu(x W_gate^T) * (x W_up^T)) W_down^T``.
+
+    Args:
+        x: ``(..., d)``.
+        W_gate, W_up: ``(d_ff, d)``, stored (out, in).
+        W_down: ``(d, d_ff)``.
+
+    Returns:
+        ``(..., d)``, float32 for float32 ``x`` and weights (silu is stable for any gate, :func:`silu`).
+    """
+    x = as_float_array(x, "x", min_ndim=1)
+    gate = x @ W_gate.T                                                   # (..., d_ff)
+    up = x @ W_up.T                                                       # (..., d_ff)
+    return (silu(gate) * up) @ W_down.T                                   # (..., d)
+
+
+def swiglu_backward(grad_output, x, W_gate, W_up, W_down):
+    """Gradient through :func:`swiglu`: ``y = (silu(x W_gate^T) * (x W_up^T)) W_down^T``.
+
+        a = x W_gate^T, u = x W_up^T, s = silu(a) * u
+        dW_down = dy^T s,  ds = dy W_down,  da = silu'(a) (ds * u),  du = ds * silu(a)
+        dW_gate = da^T x,  dW_up = du^T x,  dx = da W_gate + du W_up
+
+    Returns:
+        ``(dx, dW_gate, dW_up, dW_down)``, each of the shape of what it differentiates (weights (out, in)).
+    """
+    x = as_float_array(x, "x", min_ndim=1)
+    dy = as_float_array(grad_output, "grad_output", min_ndim=1)
+    if dy.shape != x.shape:
+        raise ValueError(f"grad_output must have the shape of x {x.shape}, got shape {dy.shape}")
+    d = x.shape[-1]
+    rows, d_rows = x.reshape(-1, d), dy.reshape(-1, d)                    # (tokens, d)
+    a, u = rows @ W_gate.T, rows @ W_up.T                                 # (tokens, d_ff)
+    act = silu(a)
+    dW_down = d_rows.T @ (act * u)                                        # (d, d_ff)
+    ds = d_rows @ W_down                                                  # (tokens, d_ff)
+    da = silu_backward(ds * u, a)
+    du = ds * act
+    dx = (da @ W_gate + du @ W_up).reshape(x.shape)
+    return dx, da.T @ rows, du.T @ rows, dW_down

@@ -311,7 +311,7 @@ class LoRAModel:
 
     def merged(self) -> Llama:
         """A plain :class:`Llama` with the adapters folded in (no adapter cost at inference)."""
-        return Llama(self.model.config, self.merged_weights(), self.model.dtype)
+        return Llama(self.model.config, self.merged_weights(), self.model.dtype, self.model.pieces)
 
     def save(self, path) -> Path:
         """The adapters, rank and alpha as a safetensors file (only A and B: the base stays where it is)."""

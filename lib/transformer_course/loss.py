@@ -42,3 +42,22 @@ def cross_entropy(logits, targets) -> float:
     logsumexp = top[..., 0] + np.log(np.sum(np.exp(z - top), axis=-1))   # (...)
     picked = np.take_along_axis(z, y[..., None], axis=-1)[..., 0]         # (...), z[y]
     return float(np.mean(logsumexp - picked))
+
+
+def language_model_loss(logits, ids) -> float:
+    """Mean next-token cross-entropy (nats) of a causal language model (notebook 08, theory.md §9.1).
+
+    Args:
+        logits: ``(..., n, V)``; row ``t`` is the guess of the token after ``ids[..., t]``.
+        ids: ``(..., n)`` ints in ``0..V-1``, the sequence(s) the logits were computed from.
+
+    Returns:
+        The mean of :func:`cross_entropy` over rows ``0..n-2`` scored against
+        ``ids[..., 1:]`` (the last row has no target).
+    """
+    z = as_float_array(logits, "logits", min_ndim=2)
+    ids = np.asarray(ids)
+    if ids.shape != z.shape[:-1] or ids.shape[-1] < 2:
+        raise ValueError(f"ids must have shape logits.shape[:-1] = {z.shape[:-1]} with n >= 2 positions, "
+                         f"got {describe(ids)}")
+    return cross_entropy(z[..., :-1, :], ids[..., 1:])                       # (..., n-1, V) vs (..., n-1)

@@ -1,4 +1,4 @@
-"""Layer normalisation (Ba et al. 2016; theory.md §5.1).
+"""Layer normalisation (Ba et al. 2016; theory.md §5.1) and RMSNorm (Zhang & Sennrich 2019; §10), with their backwards.
 
     LN(x) = gamma * (x - mean(x)) / sqrt(var(x) + eps) + beta
 
@@ -9,9 +9,11 @@ When a linear map reads the result, gamma and beta can be folded into that map
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-from ._checks import check_array, check_vector, positive_float, row_max_abs
+from ._checks import as_float_array, check_array, check_vector, describe, positive_float, row_max_abs
 
 
 def layer_norm(x, gamma=None, beta=None, eps: float = 1e-5) -> np.ndarray:
@@ -90,3 +92,77 @@ def fold_layer_norm(gamma, beta, W, b):
     W_folded = gamma[:, None] * W                 # (d, 1) * (d, m): row j scaled by gamma_j
     b_folded = beta @ W + b                       # (d,) @ (d, m) + (m,) -> (m,)
     return W_folded, b_folded
+
+
+# -- RMSNorm (LLaMA's norm: LayerNorm without the centring or the shift; notebook 09) --------------
+
+def rms_norm(x, weight, eps: float = 1e-5) -> np.ndarray:
+    """RMSNorm (Zhang & Sennrich 2019): ``weight * x / sqrt(mean(x**2) + eps)`` over the last axis.
+
+    Args:
+        x: ``(..., d)``.
+        weight: the gain ``(d,)``.
+        eps: added to the mean square.
+
+    Returns:
+        ``(..., d)`` in ``x``'s dtype.
+    """
+    x = as_float_array(x, "x", min_ndim=1)
+    weight = as_float_array(weight, "weight", min_ndim=1)
+    if weight.shape != x.shape[-1:]:
+        raise ValueError(f"weight must have shape ({x.shape[-1]},) to match x's last axis, got shape {weight.shape}")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or eps <= 0:
+        raise ValueError(f"eps must be a positive number, got {describe(eps)}")
+    with np.errstate(over="ignore"):
+        mean_square = np.mean(x * x, axis=-1, keepdims=True)             # (..., 1)
+    out = x / np.sqrt(mean_square + x.dtype.type(eps))
+    overflowed = ~np.isfinite(mean_square)               # |x| ~ 1e19 in float32: x * x is inf
+    if overflowed.any():                                 # those rows again, scaled (_checks.py's rule)
+        s = row_max_abs(x)                                               # (..., 1)
+        xs = x / s
+        eps_s = x.dtype.type(eps) / s / s                                # 0 once s^2 >> 1 / eps
+        out = np.where(overflowed, xs / np.sqrt(np.mean(xs * xs, axis=-1, keepdims=True) + eps_s), out)
+    return out * weight.astype(x.dtype, copy=False)
+
+
+def rms_norm_backward(grad_output, x, weight, eps: float = 1e-5):
+    """Gradient through ``y = weight * x * r``, ``r = 1 / sqrt(mean(x**2) + eps)`` (forward: :func:`rms_norm`).
+
+    With ``xhat = x * r`` and ``g = grad_output * weight`` (theory: LayerNorm's gradient without the
+    centring term, since RMSNorm subtracts no mean)::
+
+        dL/dx      = r * (g - xhat * mean(g * xhat))
+        dL/dweight = sum over every leading axis of grad_output * xhat
+
+    Args:
+        grad_output: ``dL/dy`` ``(..., d)``.
+        x: the forward's input ``(..., d)``.
+        weight: the gain ``(d,)``.
+        eps: the forward's eps.
+
+    Returns:
+        ``(dx, dweight)``: ``(..., d)`` and ``(d,)``.
+    """
+    x = as_float_array(x, "x", min_ndim=1)
+    dy = as_float_array(grad_output, "grad_output", min_ndim=1)
+    if dy.shape != x.shape:
+        raise ValueError(f"grad_output must have the shape of x {x.shape}, got shape {dy.shape}")
+    weight = as_float_array(weight, "weight", min_ndim=1)
+    if weight.shape != x.shape[-1:]:
+        raise ValueError(f"weight must have shape ({x.shape[-1]},) to match x's last axis, got shape {weight.shape}")
+    d = x.shape[-1]
+    with np.errstate(over="ignore"):
+        mean_square = np.mean(x * x, axis=-1, keepdims=True)                           # (..., 1)
+    r = 1.0 / np.sqrt(mean_square + x.dtype.type(eps))                                  # (..., 1)
+    xhat = x * r                                                                        # (..., d)
+    overflowed = ~np.isfinite(mean_square)               # the forward's rule: those rows again, scaled
+    if overflowed.any():                                 # r = r_s / s with r_s from x / s, s = max |x|
+        s = row_max_abs(x)                                                              # (..., 1)
+        xs = x / s
+        r_s = 1.0 / np.sqrt(np.mean(xs * xs, axis=-1, keepdims=True) + x.dtype.type(eps) / s / s)
+        r = np.where(overflowed, r_s / s, r)
+        xhat = np.where(overflowed, xs * r_s, xhat)
+    g = dy * weight.astype(x.dtype, copy=False)
+    dx = r * (g - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+    dweight = np.sum((dy * xhat).reshape(-1, d), axis=0)
+    return dx, dweight

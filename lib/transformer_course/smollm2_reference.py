@@ -5,7 +5,7 @@ transformers dequantises the file to float (bit for bit what ``gguf`` gives), un
 W_K to its half-split RoPE, and runs its own LlamaForCausalLM on PyTorch.
 
 transformers' float64 Llama is not float64 throughout: RMSNorm computes in float32 and casts
-back, and the RoPE cos/sin tables come from float32 angles. :func:`load_reference` with
+back, and the RoPE cos/sin tables come from float32 angles. :func:`load_torch_smollm2` with
 ``exact_float64=True`` replaces those two pieces by float64 versions of the same formulas (and
 uses SDPA attention, whose softmax keeps the input dtype), so that float64 can be compared at
 rounding level; tests/test_smollm2.py checks both.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .smollm2 import MODEL_FILE, model_path
+from .smollm2 import MODEL_FILE, smollm2_path
 
 REFERENCE_FILE = Path(__file__).with_name("smollm2_reference.npz")
 # Prompts whose logits and greedy continuations the notebook compares with the stored reference.
@@ -55,12 +55,12 @@ def _rotary_float64(self, x, position_ids):
     return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
 
-def load_reference(dtype="float32", exact_float64: bool = True):
+def load_torch_smollm2(dtype="float32", exact_float64: bool = True):
     """transformers' LlamaForCausalLM and tokenizer from the package's GGUF file (eval mode)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = model_path().parent
+    folder = smollm2_path().parent
     torch_dtype = {"float32": torch.float32, "float64": torch.float64}[str(np.dtype(dtype))]
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=MODEL_FILE, dtype=torch_dtype,
                                                  attn_implementation="sdpa")
@@ -104,7 +104,7 @@ def write_reference(path: Path = REFERENCE_FILE) -> None:
     """Store, for REFERENCE_PROMPTS, the float32 reference's ids, greedy continuation and its
     last-position logits on a fixed sample of the vocabulary (4096 random ids plus each prompt's 8
     largest: the whole row would be 49,152 floats per prompt)."""
-    model, tokenizer = load_reference("float32")
+    model, tokenizer = load_torch_smollm2("float32")
     ids = [np.array(tokenizer(prompt)["input_ids"], dtype=np.int64) for prompt in REFERENCE_PROMPTS]
     last = [reference_logits(model, i)[-1] for i in ids]
     sample = np.random.default_rng(0).choice(len(last[0]), size=4096, replace=False)
@@ -122,6 +122,10 @@ def read_reference(path: Path = REFERENCE_FILE) -> dict:
     ``last_logits_k`` (on ``vocab_sample``) and ``greedy_k`` (prompt + N_GREEDY tokens)."""
     with np.load(path) as data:
         return {name: data[name] for name in data.files}
+
+
+# The earlier name (pretrained.load_reference is MiniLM's stored reference; this loads the torch model).
+load_reference = load_torch_smollm2
 
 
 if __name__ == "__main__":

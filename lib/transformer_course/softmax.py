@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import check_array, check_distributions, check_scores
+from ._checks import as_float_array, check_array, check_distributions, check_same_shape, check_scores
 
 
 def softmax(x, axis: int = -1) -> np.ndarray:
@@ -34,6 +34,8 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     total = np.sum(exps, axis=axis, keepdims=True)
     return exps / np.where(total == 0, 1, total).astype(x.dtype, copy=False)
 
+
+# -- its backward ----------------------------------------------------------------------------------
 
 # exp_portable: e**x from operations IEEE 754 rounds the same way on every CPU.
 _LN2_HI = 0.693145751953125            # ln 2 to 16 bits: k * _LN2_HI is exact for |k| < 2**37
@@ -86,22 +88,23 @@ def softmax_jacobian(p) -> np.ndarray:
 
 
 def softmax_backward(p, g) -> np.ndarray:
-    """Gradient through ``p = softmax(s)`` along the last axis, without forming the Jacobian (notebook 02).
+    """Gradient through ``p = softmax(s)`` along the last axis, without forming the Jacobian
+    (forward: :func:`softmax`). Notebook 02 asks for it first and notebook 10 again, with these
+    parameters both times.
 
-    ``J`` is symmetric (theory.md §2.2), so ``dL/ds = J g = p * (g - <g, p>)``: one product and
-    one row sum, never the ``(n, n)`` matrix.
+    With the Jacobian ``J = diag(p) - p p^T`` of each row (theory.md §2.2, symmetric),
+    ``dL/ds = J g = p * (g - <g, p>)``: one product and one row sum, never the ``(n, n)`` matrix.
 
     Args:
-        p: the softmax output ``(..., n)``.
+        p: the softmax output ``(..., n)`` (rows sum to 1, or are all 0 when fully masked).
         g: ``dL/dp``, the shape of ``p``.
 
     Returns:
         ``dL/ds``, the shape of ``p``; exactly 0 where ``p`` is 0 (a masked key).
     """
-    p = check_array(p, "p")
-    g = check_array(g, "g")
-    if g.shape != p.shape:
-        raise ValueError(f"g must have the shape of p {p.shape}, got shape {g.shape}")
+    p = as_float_array(p, "p")
+    g = as_float_array(g, "g")
+    check_same_shape(g, "g", p.shape, "p")
     return p * (g - np.sum(g * p, axis=-1, keepdims=True))     # (..., n)
 
 

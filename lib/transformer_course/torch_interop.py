@@ -1,4 +1,4 @@
-"""Copy PyTorch modules' weights into the course's NumPy classes.
+"""Copy PyTorch modules' weights into the course's NumPy classes (every torch adapter of the package).
 
 PyTorch's ``nn.Linear`` stores ``weight`` as ``(out_features, in_features)``
 and computes ``x @ weight.T + bias``; the course writes ``x @ W + b`` with
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .decoder_block import TransformerDecoderBlock
 from .encoder import TransformerEncoderBlock
 from .multihead import MultiHeadAttention
 
@@ -66,4 +67,22 @@ def encoder_block_from_torch(layer, dtype=np.float64) -> TransformerEncoderBlock
                                    _np(layer.linear2.weight, dtype).T, _np(layer.linear2.bias, dtype))
     block.ln1_gamma, block.ln1_beta = _np(layer.norm1.weight, dtype), _np(layer.norm1.bias, dtype)
     block.ln2_gamma, block.ln2_beta = _np(layer.norm2.weight, dtype), _np(layer.norm2.bias, dtype)
+    return block
+
+
+def decoder_block_from_torch(layer, dtype=np.float64) -> TransformerDecoderBlock:
+    """A :class:`TransformerDecoderBlock` with the weights of a ``torch.nn.TransformerDecoderLayer``."""
+    activation = activation_from_torch(layer.activation)
+    d_model, d_ff = layer.self_attn.embed_dim, layer.linear1.out_features
+    block = TransformerDecoderBlock(d_model, layer.self_attn.num_heads, d_ff, rng=np.random.default_rng(0),
+                                    norm_first=bool(layer.norm_first), activation=activation,
+                                    eps=float(layer.norm1.eps), dtype=dtype)
+    block.self_attention = multihead_from_torch(layer.self_attn, dtype)
+    block.cross_attention = multihead_from_torch(layer.multihead_attn, dtype)
+    block.feed_forward.set_weights(_np(layer.linear1.weight, dtype).T, _np(layer.linear1.bias, dtype),
+                                   _np(layer.linear2.weight, dtype).T, _np(layer.linear2.bias, dtype))
+    for i in (1, 2, 3):
+        norm = getattr(layer, f"norm{i}")
+        setattr(block, f"ln{i}_gamma", _np(norm.weight, dtype))
+        setattr(block, f"ln{i}_beta", _np(norm.bias, dtype))
     return block

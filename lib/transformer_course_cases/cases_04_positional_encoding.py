@@ -113,4 +113,5 @@ COVERAGE = {
 }
 
 # The package's twin of shift_matrix under another name.
-TWINS = {"shift_matrix": ("relative_shift_matrix",)}
+# rope_tables and apply_rope (notebook 09, in positional.py) give cos/sin of position * frequency: the table.
+TWINS = {"shift_matrix": ("relative_shift_matrix",), "positional_encoding": ("rope_tables", "apply_rope")}

@@ -232,3 +232,8 @@ COVERAGE = {
     "embedding_backward": {"cases": ("learning.embedding_backward", "learning.embedding_backward_1d"),
                            "requires": {"rank1", "rank2"}},
 }
+
+
+# Exercises computed by a package function of another name (the grader blocks these too):
+# grouped-query attention's backward (attention.py) is attention_backward with n_kv_heads = n_heads.
+TWINS = {"attention_backward": ("grouped_query_attention_backward",)}

@@ -62,10 +62,10 @@ def course_smollm2(path=None, dtype=np.float32):
     from transformer_course import smollm2
     from transformer_course.llama import Llama
 
-    contents = smollm2.read_gguf(path)
+    contents = smollm2.read_smollm2_gguf(path)
     config = smollm2.config_from_metadata(contents.metadata)
-    weights = smollm2.load_weights(contents, dtype)
-    wrapper = smollm2.SmolLM2(Llama(config, weights, dtype), smollm2.load_tokenizer(contents.metadata),
+    weights = smollm2.weights_from_gguf(contents, dtype)
+    wrapper = smollm2.SmolLM2(Llama(config, weights, dtype), smollm2.tokenizer_from_metadata(contents.metadata),
                               contents.metadata, contents.kinds)
     return config, weights, wrapper
 
