@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import maps  # noqa: E402
 
-IN_PROGRESS = {"08_decoder", "09_llm", "10_learning", "11_finetune"}
-IN_PROGRESS_REASON = "notebook 08-11 contract: in progress on branch students"
+IN_PROGRESS = {"09_llm"}
+IN_PROGRESS_REASON = "notebook 09 contract: in progress on branch nb09"
 
 
 # ------------------------------------------------------------------------------ parameter lists
