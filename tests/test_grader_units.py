@@ -274,7 +274,13 @@ def _run_with_package(dest, code):
 
 def test_sandbox_package_blocks_this_notebooks_functions(tmp_path, assignment):
     plan = package.plan_for(assignment, ROOT / "lib")
-    assert plan.blocked_names == {"softmax", "scaled_dot_product_attention", "lookup_query"}
+    public = {(m, n) for m, n in plan.blocked if not package._private(m, n)}
+    assert {n for _, n in public} == {"softmax", "scaled_dot_product_attention", "lookup_query"}
+    # and the private helpers only those reach (argument checks of softmax and attention alone); the checks
+    # the notebook's tools use too stay
+    code = package.CourseCode(ROOT / "lib")
+    assert plan.blocked - public <= package.reached_from(code, public, plan.modules)
+    assert ("transformer_course._checks", "check_array") not in plan.blocked
     dest = package.build_sandbox_package(ROOT / "lib", tmp_path / "pkg", plan, NAME)
     assert not (dest / "transformer_course_cases").exists(), "the hidden cases are never in the sandbox"
     assert (dest / "transformer_course" / "grading.py").read_text() == package.SANDBOX_GRADING.read_text()
@@ -376,6 +382,97 @@ def test_the_exercises_and_their_twins_are_blocked_not_what_the_references_use(t
         "try:\n    tc.decoder.causal_self_attention(lm.blocks[0].self_attention, np.zeros((2, 8)))\n"
         "except NotImplementedError:\n    print('ok')\n"))
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_private_helpers_only_the_exercises_reach_are_blocked():
+    """The package's classes are thin holders over shared private helpers: MultiHeadAttention and
+    multi_head_attention both call multihead._project_attend_merge, PositionwiseFeedForward and
+    feed_forward call feedforward._two_layers, the encoder block's two forms encoder._residual_block.
+    A private helper that a blocked name reaches, and that nothing the sandbox keeps working reaches
+    (the public API of the modules the notebook imports, earlier notebooks' exercises, what the
+    notebook's cells name, import-time code), is blocked too."""
+    from transformer_course_cases import CASES
+
+    code = package.CourseCode(ROOT / "lib")
+    helper = ("transformer_course.multihead", "_project_attend_merge")
+    three = _plan_with_earlier("03_multihead")
+    assert helper in three.blocked
+    # encoder_block (05's exercise) calls the helper too and is in 03's copy -- torch_interop imports encoder --
+    # but 03 does not import encoder itself: it keeps 03's tools working, not encoder's public API.
+    a3 = notebooks.load_assignment(ROOT / "notebooks", "03_multihead", CASES)
+    assert helper in package.calls(code, "transformer_course.encoder", "encoder_block")
+    assert "transformer_course.encoder" in three.modules
+    assert "transformer_course.encoder" not in package.notebook_imports(a3, code)[0]
+    # what 03's own tools need stays: the argument checks that its imported modules' functions use
+    assert ("transformer_course._checks", "check_array") not in three.blocked
+
+    five = _plan_with_earlier("05_encoder_block")
+    assert {("transformer_course.feedforward", "_two_layers"), ("transformer_course.encoder", "_residual_block")} \
+        <= five.blocked
+    # 05 blocks encoder_block, but keeps MultiHeadAttention (03's exercise, given in 05), and that reaches the
+    # helper: so it stays in 05, where it computes nothing 05 asks for.
+    assert helper not in five.blocked
+    given = package._built_by(notebooks.load_assignment(ROOT / "notebooks", "03_multihead", CASES), code)
+    assert ("transformer_course.multihead", "MultiHeadAttention") in given - five.blocked
+    assert helper in package.reached_from(code, {("transformer_course.multihead", "MultiHeadAttention")},
+                                          five.modules, avoid=five.blocked)
+
+
+_ATTACKS = {
+    # 03: the student's own split_heads/merge_heads (exercise 1, graded on its own) put into the package's
+    # module, then exercise 2 answered by the package's private multi-head computation
+    "03_multihead": ("multihead.mha", (
+        "import numpy as np, transformer_course as tc\n"
+        "def split_heads(x, n_heads):\n"
+        "    *lead, n, d = x.shape\n"
+        "    return np.swapaxes(x.reshape(*lead, n, n_heads, d // n_heads), -2, -3)\n"
+        "def merge_heads(x):\n"
+        "    *lead, h, n, d = x.shape\n"
+        "    return np.swapaxes(x, -2, -3).reshape(*lead, n, h * d)\n"
+        "tc.multihead.split_heads, tc.multihead.merge_heads = split_heads, merge_heads\n"
+        "def multi_head_attention(X, W_Q, W_K, W_V, W_O, n_heads, mask=None):\n"
+        "    return tc.multihead._project_attend_merge(X, X, X, (W_Q, W_K, W_V, W_O), (None,) * 4, n_heads, mask)\n")),
+    "05_encoder_block": ("encoder.feed_forward", (
+        "from transformer_course.feedforward import _two_layers\n"
+        "from transformer_course.activations import relu\n"
+        "def feed_forward(x, W_1, b_1, W_2, b_2):\n"
+        "    return _two_layers(x, W_1, b_1, W_2, b_2, relu)\n")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ATTACKS))
+def test_a_submission_answering_with_a_private_helper_gets_no_points(tmp_path, name):
+    """The student's function delegates to the package's private helper; the sandbox's copy of the package
+    (built as for grading), the exercise's hidden block from the source, the trusted comparison outside.
+    With the helper left working (the rule before: private names never blocked) every case passes -- the
+    hole was real; with the rule, none does."""
+    case_id, student = _ATTACKS[name]
+    plan = _plan_with_earlier(name)
+    test = next(t for t in _plan_assignment(name).tests if case_id in t.case_ids)
+    before = package.PackagePlan(plan.modules, {b for b in plan.blocked if not package._private(*b)})
+    hidden = "\n".join("    " + line for line in test.hidden.splitlines())
+    results = {}
+    for label, p in (("before", before), ("rule", plan)):
+        work = tmp_path / label
+        dest = package.build_sandbox_package(ROOT / "lib", work / "pkg", p, name)
+        prepared = compare.prepare_cases(test.case_ids, 20261204, work / "inputs")
+        (work / "exports").mkdir()
+        prog = (f"import sys; sys.path.insert(0, {str(dest)!r})\n" + student
+                + "try:\n" + hidden + "\nexcept NotImplementedError as e:\n    print('refused:', e)\n")
+        env = dict(os.environ, COURSE_GRADING_INPUTS=str(work / "inputs"), COURSE_GRADING_EXPORT=str(work / "exports"))
+        out = subprocess.run([sys.executable, "-I", "-c", prog], capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr
+        files = {f.name: f.read_bytes() for f in (work / "exports").iterdir()}
+        results[label] = ([compare.compare_case(c, prepared, files).passed for c in test.case_ids], out.stdout)
+    assert all(results["before"][0]), f"{name}: the attack should compute the answer with the helper working"
+    assert not any(results["rule"][0]), f"{name}: a private helper answered the exercise: {results['rule']}"
+    assert "refused:" in results["rule"][1] and "only its exercises use it" in results["rule"][1]
+
+
+def _plan_assignment(name):
+    from transformer_course_cases import CASES
+
+    return notebooks.load_assignment(ROOT / "notebooks", name, CASES, ROOT / "exercises")
 
 
 def test_what_the_solution_uses_is_never_blocked(tmp_path):

@@ -26,8 +26,18 @@ any notebook added later, whatever its modules are called:
    written with any concept module (they run outside the sandbox, with the full package).
    Other cells that call this notebook's twin (a comparison cell) fail while grading,
    at no cost in points.
-   Private helpers (``_checks``, names with a leading underscore) are never blocked:
-   an argument check is not an answer.
+   **Nor the private helpers behind it.** A private function or class (a leading underscore, or
+   in a private module such as ``_checks``) is blocked too when a blocked name reaches it (read
+   from the source: :func:`calls`) and nothing the copy keeps working does -- walking the calls
+   without entering a blocked name, from: the public functions and classes of the modules the
+   notebook imports itself, the earlier notebooks' exercises, every course name the notebook's
+   cells use (any import form, private ones included), and what the copied modules run when
+   imported (top-level statements, decorators, defaults, base classes). ``MultiHeadAttention``
+   and ``multi_head_attention`` are thin holders over ``multihead._project_attend_merge``:
+   blocked in notebook 03 with them. A module that is in the copy only because another imports
+   it (03's ``encoder``, through ``torch_interop``) keeps working only as far as those reach it:
+   its ``encoder_block`` calls the same helper and fails in 03's sandbox. An argument check
+   that the kept functions use stays; one that only the exercises use goes with them.
 3. The hidden cases (the package ``transformer_course_cases``: generators and references)
    are never copied; ``transformer_course/grading.py``, the module the notebooks import
    ``hidden_case`` from, is replaced by grader/sandboxed/grading_module.py (export only).
@@ -77,6 +87,7 @@ class CourseCode:
                 name = ".".join(rel.with_suffix("").parts)
                 self.files[name[: -len(".__init__")] if name.endswith(".__init__") else name] = src
         self._trees: dict[str, ast.Module] = {}
+        self._scopes: dict[str, tuple[dict, dict]] = {}
 
     def tree(self, module: str) -> ast.Module:
         if module not in self._trees:
@@ -220,12 +231,14 @@ def _resolve_name(code: CourseCode, names: dict[str, str], aliases: dict[str, st
     return (module, name) if module else None
 
 
-def calls(code: CourseCode, module: str, name: str) -> set[tuple[str, str]]:
-    """The course functions/classes that ``module.name``'s source refers to (read, not run)."""
-    tree = code.tree(module)
-    imported: dict[str, object] = {}          # local name -> (module, name) or a module's dotted name
-    defs = {}
-    for node in tree.body:
+def _scope(code: CourseCode, module: str) -> tuple[dict[str, object], dict[str, ast.AST]]:
+    """A module's top level: local name -> (module, name) or a module's dotted name, for its course
+    imports; name -> node, for its functions and classes."""
+    if module in code._scopes:
+        return code._scopes[module]
+    imported: dict[str, object] = {}
+    defs: dict[str, ast.AST] = {}
+    for node in code.tree(module).body:
         if isinstance(node, ast.ImportFrom):
             target = code._resolve(module, node)
             if target not in code.files:
@@ -240,31 +253,107 @@ def calls(code: CourseCode, module: str, name: str) -> set[tuple[str, str]]:
                     imported[local] = (target, alias.name)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             defs[node.name] = node
-    if name not in defs:
-        return set()
+    code._scopes[module] = imported, defs
+    return imported, defs
+
+
+def _refers_to(code: CourseCode, module: str, roots, own: str | None = None) -> set[tuple[str, str]]:
+    """The course names (module, name) that the AST nodes ``roots`` of ``module`` refer to."""
+    imported, defs = _scope(code, module)
     out = set()
-    for node in ast.walk(defs[name]):
-        if isinstance(node, ast.Name):
-            if node.id in defs and node.id != name:
-                out.add((module, node.id))
-            elif isinstance(imported.get(node.id), tuple):
-                out.add(imported[node.id])
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                and isinstance(imported.get(node.value.id), str):
-            out.add((imported[node.value.id], node.attr))
+    for root in roots:
+        for node in ast.walk(root):
+            if isinstance(node, ast.Name):
+                if node.id in defs and node.id != own:
+                    out.add((module, node.id))
+                elif isinstance(imported.get(node.id), tuple):
+                    out.add(imported[node.id])
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and isinstance(imported.get(node.value.id), str):
+                out.add((imported[node.value.id], node.attr))
     return {(m, n) for m, n in out if m in code.files}
 
 
-def reached_from(code: CourseCode, start: set[tuple[str, str]], modules: set[str]) -> set[tuple[str, str]]:
-    """Every course function/class that ``start`` refers to, directly or not, within ``modules``."""
-    seen, todo = set(), [s for s in start if s[0] in modules]
+def calls(code: CourseCode, module: str, name: str) -> set[tuple[str, str]]:
+    """The course functions/classes that ``module.name``'s source refers to (read, not run)."""
+    defs = _scope(code, module)[1]
+    return _refers_to(code, module, [defs[name]], own=name) if name in defs else set()
+
+
+def import_time_refs(code: CourseCode, module: str) -> set[tuple[str, str]]:
+    """What ``module`` runs when it is imported, even with some of its functions stubbed: its top-level
+    statements other than imports and definitions (``ACTIVATIONS = {"relu": relu}``), and each
+    definition's decorators, default values and base classes."""
+    roots: list[ast.AST] = []
+    for node in code.tree(module).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            roots += [*node.decorator_list, *node.args.defaults, *(d for d in node.args.kw_defaults if d)]
+        elif isinstance(node, ast.ClassDef):
+            roots += [*node.decorator_list, *node.bases, *node.keywords]
+        elif not isinstance(node, (ast.Import, ast.ImportFrom)):
+            roots.append(node)
+    return _refers_to(code, module, roots)
+
+
+def reached_from(code: CourseCode, start: set[tuple[str, str]], modules: set[str],
+                 avoid: set[tuple[str, str]] = frozenset()) -> set[tuple[str, str]]:
+    """Every course function/class that ``start`` refers to, directly or not, within ``modules``
+    (never entering ``avoid``)."""
+    seen, todo = set(), [s for s in start if s[0] in modules and s not in avoid]
     while todo:
         item = todo.pop()
         if item in seen:
             continue
         seen.add(item)
-        todo.extend(c for c in calls(code, *item) if c[0] in modules and c not in seen)
+        todo.extend(c for c in calls(code, *item) if c[0] in modules and c not in seen and c not in avoid)
     return seen
+
+
+def notebook_refs(assignment, code: CourseCode) -> set[tuple[str, str]]:
+    """(module, name) of every course name the notebook's cells refer to, through any import form:
+    ``from transformer_course.m import _x``, ``tc.m._x``, ``import transformer_course.m as m; m._x``."""
+    refs: set[tuple[str, str]] = set()
+    trees = list(_code_cells(assignment))
+    bound: dict[str, str] = {}                 # local name -> course module or package it is bound to
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] in code.packages:
+                        if alias.asname:
+                            bound[alias.asname] = alias.name
+                        else:
+                            bound[alias.name.split(".")[0]] = alias.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module in code.files:
+                for alias in node.names:
+                    if f"{node.module}.{alias.name}" in code.files:
+                        bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    elif alias.name != "*":
+                        refs.add(_course_name(code, node.module, alias.name))
+    for tree in trees:
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            chain, base = [node.attr], node.value
+            while isinstance(base, ast.Attribute):
+                chain.insert(0, base.attr)
+                base = base.value
+            if not (isinstance(base, ast.Name) and base.id in bound):
+                continue
+            module = bound[base.id]
+            for part in chain:         # the longest module prefix; the next part is the name
+                if f"{module}.{part}" not in code.files:
+                    refs.add(_course_name(code, module, part))
+                    break
+                module = f"{module}.{part}"
+    return {r for r in refs if r[0] in code.files}
+
+
+def _course_name(code: CourseCode, module: str, name: str) -> tuple[str, str]:
+    """(defining module, name) of ``module.name``: a package's re-export is read through to its module."""
+    if code.is_package(module) and name in code.exports(module):
+        return code.exports(module)[name], name
+    return module, name
 
 
 def _is_grading(module: str) -> bool:
@@ -308,6 +397,21 @@ def _built_by(assignment, code: CourseCode) -> set[tuple[str, str]]:
     return found
 
 
+def _definitions(code: CourseCode, module: str) -> set[tuple[str, str]]:
+    return {(module, name) for name in _scope(code, module)[1]}
+
+
+def private_behind(code: CourseCode, blocked: set[tuple[str, str]], modules: set[str],
+                   keep: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The private functions/classes of ``modules`` that a blocked name reaches and ``keep`` does not
+    (walking the call graph without entering a blocked name). ``MultiHeadAttention`` and
+    ``multi_head_attention`` are thin holders over ``_project_attend_merge``: blocking them alone
+    would leave the answer one private name away."""
+    behind = {item for item in reached_from(code, blocked, modules) - blocked
+              if _private(*item) and item in _definitions(code, item[0])}
+    return behind - reached_from(code, set(keep) - blocked, modules, avoid=blocked) if behind else set()
+
+
 @dataclass
 class PackagePlan:
     """What notebook NN's sandbox gets of the course's packages."""
@@ -332,13 +436,21 @@ def plan_for(assignment, lib_dir: Path, earlier=()) -> PackagePlan:
         parts = m.split(".")
         modules |= {".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in code.files}
     blocked = _built_by(assignment, code)
-    for previous in earlier:
-        blocked -= _built_by(previous, code)
+    given_before = {item for previous in earlier for item in _built_by(previous, code)}
+    blocked -= given_before
     given = solution_uses(assignment, names, aliases)
     blocked = {(m, n) for m, n in blocked if m in modules and n not in given}
     # The tools the solution uses must work: what they need in turn (read from their source) is not blocked.
     tools = {_resolve_name(code, names, aliases, n) for n in given}
     blocked -= reached_from(code, {t for t in tools if t is not None and t not in blocked}, modules)
+    # A private helper that only blocked names reach is blocked too (rule 2, last part): kept working is
+    # the public API of the modules the notebook imports itself, the earlier notebooks' exercises, every
+    # course name the notebook's cells use, and what the copied modules run when imported.
+    keep = {item for m in imported for item in _definitions(code, m) if not _private(*item)}
+    keep |= {item for item in given_before if item[0] in modules}
+    keep |= notebook_refs(assignment, code) | {t for t in tools if t is not None}
+    keep |= {ref for m in modules for ref in import_time_refs(code, m)}
+    blocked |= private_behind(code, blocked, modules, keep)
     absent = {m for m in code.files if m not in modules and not _is_grading(m)}
     unavailable = {name for pkg in code.packages if not _is_grading(pkg)
                    for name, m in code.exports(pkg).items() if m in absent}
@@ -349,7 +461,9 @@ def _stub_module(source: str, names: set[str], module: str) -> str:
     tree = ast.parse(source)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in names:
-            msg = (f"{module}.{node.name} is what this notebook asks you to write: the course's reference "
+            what = ("is what this notebook asks you to write" if not _private(module, node.name) else
+                    "computes what this notebook asks you to write (only its exercises use it)")
+            msg = (f"{module}.{node.name} {what}: the course's reference "
                    f"implementation is not available while grading. Write your own.")
             if isinstance(node, ast.ClassDef):
                 node.body = [ast.parse(f"def __init__(self, *args, **kwargs):\n    {STUB.format(msg=msg)}\n").body[0]]
