@@ -379,7 +379,7 @@ def test_the_exercises_and_their_twins_are_blocked_not_what_the_references_use(t
         "import numpy as np, transformer_course as tc\nfrom transformer_course.decoder import DecoderLM\n"
         "lm = DecoderLM.random(vocab_size=7, d_model=8, n_heads=2, n_layers=1, max_len=9, rng=np.random.default_rng(1))\n"
         "assert lm.logits(np.array([1, 2, 3])).shape == (3, 7)\n"
-        "try:\n    tc.decoder.causal_self_attention(lm.blocks[0].self_attention, np.zeros((2, 8)))\n"
+        "try:\n    tc.decoder.causal_self_attention(np.zeros((2, 8)), tc.decoder.attention_params(lm.blocks[0].self_attention), 2)\n"
         "except NotImplementedError:\n    print('ok')\n"))
     assert out.stdout.strip() == "ok", out.stderr
 

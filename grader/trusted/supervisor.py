@@ -292,6 +292,9 @@ def sandbox_env(venv: Path) -> dict:
         "IPYTHONDIR": "/tmp/ipython", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": "/pkg",
         "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
         "COURSE_GRADING_EXPORT": "/exports", "COURSE_GRADING_INPUTS": "/grading/inputs",
+        # what nbgrader's autograde sets: the notebooks skip their long demonstrations (10's training,
+        # 09's and 11's model runs) while they are graded, as they do under Validate
+        "NBGRADER_EXECUTION": "autograde",
     }
 
 

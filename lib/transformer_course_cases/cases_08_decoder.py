@@ -74,7 +74,7 @@ def _causal_inputs(rng, lead, n_past, n_new):
 
 def _causal_ref(x, params, n_heads, cache=None):
     past = None if cache is None else KVCache(*cache)                    # (..., h, n_past, d_head) each
-    output, weights, new = causal_self_attention(_attention(params, n_heads), x, past)
+    output, weights, new = causal_self_attention(x, params, n_heads, past)
     return output, weights, new.keys, new.values                         # keys, values (..., h, n_past + n_new, d_head)
 
 
