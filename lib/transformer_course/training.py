@@ -15,6 +15,8 @@ Parameters live in a flat ``dict`` name -> array, gradients in a dict with the s
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from ._checks import check_rng, positive_int
@@ -90,6 +92,34 @@ def decoder_block_backward(grad_y, p: dict, cache: dict):
         da = da + d_proj @ p[name].T
     dx_ln, grads["ln1.gamma"], grads["ln1.beta"] = layer_norm_backward(da, cache["x"], p["ln1.gamma"], LN_EPS)
     return dx1 + dx_ln, grads
+
+
+# -- which functions: the student's or the reference ---------------------------------------------------
+
+def is_stub(fn) -> bool:
+    """True for a function that is not written yet: its code raises ``NotImplementedError``
+    (nbgrader's ``raise NotImplementedError()`` stub)."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and "NotImplementedError" in code.co_names
+
+
+def yours_or_reference(namespace, names, reference):
+    """Collect the functions ``names`` from ``namespace`` (a mapping such as a notebook's ``globals()``),
+    taking the one of the module ``reference`` for every name that is missing or still a stub.
+
+    Returns ``(pieces, yours, fallen_back)``: a namespace name -> function, and the names taken from
+    ``namespace`` and from ``reference``.
+    """
+    chosen, yours, fallen_back = {}, [], []
+    for name in names:
+        fn = namespace.get(name)
+        if callable(fn) and not is_stub(fn):
+            chosen[name] = fn
+            yours.append(name)
+        else:
+            chosen[name] = getattr(reference, name)
+            fallen_back.append(name)
+    return SimpleNamespace(**chosen), yours, fallen_back
 
 
 # -- the model -----------------------------------------------------------------------------------------
