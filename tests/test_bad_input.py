@@ -19,7 +19,6 @@ import transformer_course as tc
 from transformer_course import generation as tg
 from transformer_course import llama as tl
 from transformer_course import pretrained as tp
-from transformer_course import quantization as tq
 from transformer_course import smollm2 as ts
 from transformer_course_fast import FastMultiHeadAttention, flash_attention
 
@@ -240,7 +239,7 @@ CASES = [
      r"dtype must be np.float32 or np.float64, got float16"),
     ("SmolLM2 in bfloat16", lambda: ts.load_smollm2("/nonexistent/model.gguf", dtype="bfloat16"), TypeError,
      r"dtype must be a floating dtype such as np.float32, got str 'bfloat16'"),
-    ("dequantising to bfloat16", lambda: tq.dequantize_q4_1(np.zeros(20, np.uint8), "bfloat16"), TypeError,
+    ("dequantising to bfloat16", lambda: ts.dequantize(np.zeros((1, 20), np.uint8), "Q4_1", "bfloat16"), TypeError,
      r"dtype must be a floating dtype such as np.float32, got str 'bfloat16'"),
     ("dequantising to int8", lambda: ts.dequantize(np.zeros((1, 34), np.uint8), "Q8_0", np.int8), TypeError,
      r"dtype must be a floating dtype such as np.float32, got int8"),

@@ -126,7 +126,8 @@ def test_gqa_is_attention_with_repeated_kv_heads(rng, n_heads, n_kv, n_q, n_k):
     g = n_heads // n_kv
     full_q = np.concatenate([np.zeros((n_heads, n_k - n_q, 8)), q], axis=1)
     expected, w_expected = scaled_dot_product_attention(full_q, np.repeat(k, g, 0), np.repeat(v, g, 0), causal_mask(n_k))
-    out, w = L.grouped_query_attention(q, k, v, return_weights=True)
+    out, w = L.grouped_query_attention_with_weights(q, k, v)
+    np.testing.assert_array_equal(L.grouped_query_attention(q, k, v), out)   # the exercise's twin: the output
     np.testing.assert_allclose(out, expected[:, n_k - n_q:], rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(w, w_expected[:, n_k - n_q:], rtol=1e-12, atol=1e-14)
 
@@ -187,6 +188,89 @@ def test_missing_tensor_is_named():
     weights = {"token_embd.weight": model.embedding, "output_norm.weight": model.final_norm}
     with pytest.raises(KeyError, match="blk.0.attn_norm.weight"):
         L.Llama(model.config, weights)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model's pieces: the notebook's own functions can run it (Llama(..., pieces=...), with_pieces)
+# ---------------------------------------------------------------------------------------------
+def _rms_norm(x, weight, eps=1e-5):                        # written out as notebook 09 asks for them
+    return weight * x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+
+
+def _apply_rope(x, positions, base=10000.0):
+    d = x.shape[-1]
+    angles = np.asarray(positions)[:, None] * base ** (-np.arange(0, d, 2) / d)       # (n, d/2)
+    out = np.empty_like(x)
+    out[..., 0::2] = x[..., 0::2] * np.cos(angles) - x[..., 1::2] * np.sin(angles)
+    out[..., 1::2] = x[..., 0::2] * np.sin(angles) + x[..., 1::2] * np.cos(angles)
+    return out
+
+
+def _swiglu(x, W_gate, W_up, W_down):
+    gate = x @ W_gate.T
+    return (gate / (1 + np.exp(-gate)) * (x @ W_up.T)) @ W_down.T
+
+
+def _gqa(q, k, v):
+    n_heads, n_q, d = q.shape
+    g, n_k = n_heads // k.shape[0], k.shape[1]
+    s = q @ np.repeat(k, g, 0).transpose(0, 2, 1) / np.sqrt(d)                       # (H, n_q, n_k)
+    s = np.where(np.arange(n_k)[None, :] > np.arange(n_k - n_q, n_k)[:, None], -np.inf, s)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return (w / w.sum(-1, keepdims=True)) @ np.repeat(v, g, 0)
+
+
+WRITTEN_OUT = {"rms_norm": _rms_norm, "apply_rope": _apply_rope, "swiglu": _swiglu, "grouped_query_attention": _gqa}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_with_pieces_shares_the_weights_and_changes_only_the_pieces(dtype):
+    model = tiny_model(dtype)
+    ids = np.random.default_rng(2).integers(0, 50, 9)
+    expected = model.forward(ids)
+    explicit = model.with_pieces({name: getattr(L, name) for name in L.PIECES})      # a mapping, read by name
+    assert explicit.layers is model.layers and explicit.embedding is model.embedding, "with_pieces shares the weights"
+    np.testing.assert_array_equal(explicit.forward(ids), expected)
+    theirs, ours = explicit.new_cache(12), model.new_cache(12)          # prefill, then one step: the same bits
+    for chunk in (ids[:4], ids[4:5]):
+        np.testing.assert_array_equal(explicit.forward(chunk, theirs), model.forward(chunk, ours))
+    halves = model.with_pieces({**WRITTEN_OUT, "apply_rope": lambda x, positions, base=10000.0: L.apply_rope(
+        x[..., np.argsort(np.r_[0:x.shape[-1]:2, 1:x.shape[-1]:2])], positions, base)[..., np.r_[0:x.shape[-1]:2, 1:x.shape[-1]:2]]})
+    assert np.abs(halves.forward(ids) - expected).max() > 1e-2 * np.abs(expected).max(), "the halves layout of RoPE"
+    np.testing.assert_array_equal(model.forward(ids), expected)         # the original keeps its own pieces
+
+
+def test_pieces_written_out_run_the_model():
+    model = tiny_model(np.float64)
+    ids = np.random.default_rng(3).integers(0, 50, 10)
+    mine = model.with_pieces(WRITTEN_OUT)
+    np.testing.assert_allclose(mine.forward(ids), model.forward(ids), rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(mine.generate_greedy(ids[:3], 6), model.generate_greedy(ids[:3], 6))
+
+
+def test_pieces_are_checked_and_weights_need_the_package_attention():
+    model = tiny_model()
+    with pytest.raises(TypeError, match="pieces.swiglu must be a function, got None"):
+        model.with_pieces({"rms_norm": L.rms_norm, "apply_rope": L.apply_rope})
+    with pytest.raises(ValueError, match="return_weights needs the package's grouped_query_attention"):
+        model.with_pieces(WRITTEN_OUT).forward(np.arange(3), return_weights=True)
+    mixed = model.with_pieces({**WRITTEN_OUT, "grouped_query_attention": L.grouped_query_attention})
+    logits, weights = mixed.forward(np.arange(4), return_weights=True)
+    np.testing.assert_allclose(logits, model.forward(np.arange(4)), rtol=1e-10, atol=1e-12)
+    assert len(weights) == 2 and weights[0].shape == (6, 4, 4)
+
+
+def test_dequantize_takes_the_given_dequantisers():
+    from transformer_course import smollm2 as sm
+
+    raw = Q.quantize_q4_1(np.random.default_rng(5).standard_normal((3, 64)))
+    right = sm.dequantize(raw, "Q4_1", np.float64)
+    assert right.dtype == np.float64
+    np.testing.assert_array_equal(right, Q.dequantize_q4_1(raw))
+    wrong = {"dequantize_q4_1": lambda raw: Q.dequantize_q4_1(raw) + 1, "dequantize_q8_0": Q.dequantize_q8_0}
+    np.testing.assert_array_equal(sm.dequantize(raw, "Q4_1", np.float32, wrong), Q.dequantize_q4_1(raw) + 1)
+    with pytest.raises(TypeError, match="must provide the function dequantize_q4_1"):
+        sm.dequantize(raw, "Q4_1", np.float32, {"dequantize_q8_0": Q.dequantize_q8_0})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,7 +335,7 @@ def test_llama_runs_on_the_pieces_it_is_given():
                         ("apply_rope", lambda x, positions, base: x),   # no rotation
                         ("swiglu", lambda x, W_gate, W_up, W_down: (np.maximum(x @ W_gate.T, 0) * (x @ W_up.T)) @ W_down.T),
                         ("grouped_query_attention",                     # forgets the causal mask
-                         lambda q, k, v: attention.grouped_query_attention(q, k, v, np.full(q.shape[1], k.shape[1] - 1)))):
+                         lambda q, k, v: attention.grouped_query_attention_with_weights(q, k, v, np.full(q.shape[1], k.shape[1] - 1))[0])):
         pieces = SimpleNamespace(**{**vars(explicit), name: wrong})
         logits = L.Llama(model.config, _weights_of(model), np.float64, pieces=pieces).forward(ids)
         assert np.abs(logits - default).max() > 1e-3 * np.abs(default).max(), f"a wrong {name} left the logits as they were"

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import maps  # noqa: E402
 
-IN_PROGRESS = {"09_llm"}
+IN_PROGRESS: set[str] = set()
 IN_PROGRESS_REASON = "notebook 09 contract: in progress on branch nb09"
 
 

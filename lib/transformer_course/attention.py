@@ -203,32 +203,43 @@ def _grouped(q, k, v, query_positions, grad_output=None):
     return qg, k, v, mask
 
 
-def grouped_query_attention(q, k, v, query_positions=None, return_weights: bool = False):
-    """Causal attention where groups of query heads share one key/value head.
+def grouped_query_attention(q, k, v):
+    """Causal attention where groups of query heads share one key/value head (notebook 09's exercise).
 
-    Query head ``h`` reads key/value head ``h // (n_heads // n_kv_heads)``. It is
-    :func:`scaled_dot_product_attention` itself: the ``group`` query heads that share a key/value head
-    are stacked into one block of ``group * n_q`` queries over that head, with the causal mask.
+    Query head ``h`` reads key/value head ``h // (n_heads // n_kv_heads)``; the queries are the last
+    ``n_q`` positions ``n_k - n_q .. n_k - 1`` (with a KV cache: the new tokens), and a query sees the
+    keys at positions ``<=`` its own. The output of :func:`grouped_query_attention_with_weights`.
 
     Args:
         q: ``(n_heads, n_q, d)`` queries (already rotated).
         k, v: ``(n_kv_heads, n_k, d)`` keys (rotated) and values, positions ``0..n_k-1``;
             ``n_kv_heads`` must divide ``n_heads``.
-        query_positions: ``(n_q,)`` positions of the queries; default the last ``n_q`` positions,
-            ``n_k - n_q .. n_k - 1`` (the case with a KV cache). A query sees keys at positions
-            ``<=`` its own.
-        return_weights: also return the attention weights.
 
     Returns:
-        ``(n_heads, n_q, d)`` in ``q``'s dtype, and with ``return_weights`` the weights ``(n_heads, n_q, n_k)``.
+        ``(n_heads, n_q, d)`` in ``q``'s dtype.
+    """
+    return grouped_query_attention_with_weights(q, k, v)[0]
+
+
+def grouped_query_attention_with_weights(q, k, v, query_positions=None):
+    """:func:`grouped_query_attention` and its attention weights (the maps of notebook 09's induction
+    heads; LoRA's backward reuses them).
+
+    It is :func:`scaled_dot_product_attention` itself: the ``group`` query heads that share a key/value
+    head are stacked into one block of ``group * n_q`` queries over that head, with the causal mask.
+
+    Args:
+        q, k, v: as for :func:`grouped_query_attention`.
+        query_positions: ``(n_q,)`` positions of the queries; default the last ``n_q`` positions,
+            ``n_k - n_q .. n_k - 1``. A query sees keys at positions ``<=`` its own.
+
+    Returns:
+        ``(out, weights)``: ``(n_heads, n_q, d)`` in ``q``'s dtype and ``(n_heads, n_q, n_k)``.
     """
     qg, k, v, mask = _grouped(q, k, v, query_positions)
     n_heads, n_q, d = np.shape(q)
     out, weights = scaled_dot_product_attention(qg, k, v, mask)          # (n_kv, group*n_q, d), (.., n_k)
-    out = out.reshape(n_heads, n_q, d)
-    if return_weights:
-        return out, weights.reshape(n_heads, n_q, k.shape[1])
-    return out
+    return out.reshape(n_heads, n_q, d), weights.reshape(n_heads, n_q, k.shape[1])
 
 
 def grouped_query_attention_backward(grad_output, q, k, v, query_positions=None, weights=None):

@@ -36,6 +36,7 @@ the position tables are cast to it, so no float64 leaks into a float32 forward p
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Callable
 
@@ -45,7 +46,8 @@ from ._checks import check_finite, describe, float_dtype, positive_int
 # The pieces a LLaMA layer is composed of, each in its concept's module (imported here so that
 # ``transformer_course.llama.rms_norm`` etc. keep working for the notebooks, lora.py and the tests).
 from .activations import silu, silu_backward  # noqa: F401
-from .attention import grouped_query_attention, grouped_query_attention_backward, kv_head_gradient  # noqa: F401
+from .attention import (grouped_query_attention, grouped_query_attention_backward,  # noqa: F401
+                        grouped_query_attention_with_weights, kv_head_gradient)
 from .backward import tied_head_backward  # noqa: F401
 from .feedforward import swiglu, swiglu_backward  # noqa: F401
 from .kv_cache import LayerCaches, PreallocatedKVCache
@@ -117,6 +119,26 @@ class LlamaPieces:
 PIECES = ("rms_norm", "apply_rope", "swiglu", "grouped_query_attention")
 
 
+def piece(pieces, name: str):
+    """``pieces[name]`` of a mapping (a notebook's ``globals()``), else ``getattr(pieces, name)``; None if absent."""
+    if hasattr(pieces, "get") and hasattr(pieces, "keys"):
+        return pieces.get(name)
+    return getattr(pieces, name, None)
+
+
+def llama_pieces(pieces=None):
+    """The functions a :class:`Llama` is composed of: :class:`LlamaPieces` (the concept modules') for None,
+    else ``pieces`` (an object with the attributes of :data:`PIECES`; a mapping is read by name), checked."""
+    if pieces is None:
+        return LlamaPieces()
+    if hasattr(pieces, "get") and hasattr(pieces, "keys"):
+        pieces = LlamaPieces(**{name: piece(pieces, name) for name in PIECES})
+    for name in PIECES:
+        if not callable(getattr(pieces, name, None)):
+            raise TypeError(f"pieces.{name} must be a function, got {describe(getattr(pieces, name, None))}")
+    return pieces
+
+
 class Llama:
     """A LLaMA-style decoder from a dict of GGUF-named float arrays.
 
@@ -128,10 +150,7 @@ class Llama:
 
     def __init__(self, config: LlamaConfig, weights: dict, dtype=np.float32, pieces=None):
         self.config = config
-        self.pieces = LlamaPieces() if pieces is None else pieces
-        for name in PIECES:
-            if not callable(getattr(self.pieces, name, None)):
-                raise TypeError(f"pieces.{name} must be a function, got {describe(getattr(self.pieces, name, None))}")
+        self.pieces = llama_pieces(pieces)
         self.dtype = float_dtype(dtype, allowed=MODEL_DTYPES)
         missing = [f"blk.{L}.{n}.weight" for L in range(config.n_layers) for n in LAYER_TENSORS
                    if f"blk.{L}.{n}.weight" not in weights]
@@ -152,6 +171,13 @@ class Llama:
             if a.size and not (np.isfinite(a.min()) and np.isfinite(a.max())):
                 check_finite(a, f"weights[{name!r}]")
 
+    def with_pieces(self, pieces) -> "Llama":
+        """This model, sharing its weight arrays, composed of ``pieces`` (see :func:`llama_pieces`; None = the
+        concept modules'), e.g. a notebook's own ``rms_norm``, ``apply_rope``, ``swiglu``, ``grouped_query_attention``."""
+        other = copy.copy(self)
+        other.pieces = llama_pieces(pieces)
+        return other
+
     def new_cache(self, capacity: int = 1024) -> KVCache:
         return KVCache(self.config, capacity, self.dtype)
 
@@ -162,7 +188,9 @@ class Llama:
             ids: ``(n,)`` token ids; with a cache they sit at positions ``cache.length ..
                 cache.length + n - 1``, else at ``0..n-1``.
             cache: a :class:`KVCache` or any :class:`~transformer_course.kv_cache.LayerCaches` (updated in place), or None.
-            return_weights: also return each layer's attention weights.
+            return_weights: also return each layer's attention weights (computed by
+                :func:`~transformer_course.attention.grouped_query_attention_with_weights`: only on
+                the concept modules' ``grouped_query_attention``).
 
         Returns:
             logits ``(n, V)``; with ``return_weights`` also a list of ``n_layers`` arrays
@@ -188,28 +216,34 @@ class Llama:
                              f"trained on): {n} ids after {start} cached")
         positions = np.arange(start, start + n)
         p = self.pieces
+        if return_weights and p.grouped_query_attention is not grouped_query_attention:
+            raise ValueError("return_weights needs the package's grouped_query_attention (its weights come from "
+                             "grouped_query_attention_with_weights); this model's piece is "
+                             f"{describe(p.grouped_query_attention)}, which returns the output only")
+        as_model = lambda a: np.asarray(a).astype(self.dtype, copy=False)   # noqa: E731 (a no-op for the package's)
 
         x = self.embedding[ids]                                          # (n, d)
         all_weights = []
         for L, w in enumerate(self.layers):
-            h = p.rms_norm(x, w["attn_norm"], cfg.eps)                   # (n, d)
+            h = as_model(p.rms_norm(x, w["attn_norm"], cfg.eps))         # (n, d)
             q = (h @ w["attn_q"].T).reshape(n, cfg.n_heads, cfg.d_head).transpose(1, 0, 2)      # (H, n, dh)
             k = (h @ w["attn_k"].T).reshape(n, cfg.n_kv_heads, cfg.d_head).transpose(1, 0, 2)   # (Hkv, n, dh)
             v = (h @ w["attn_v"].T).reshape(n, cfg.n_kv_heads, cfg.d_head).transpose(1, 0, 2)   # (Hkv, n, dh)
-            q, k = p.apply_rope(q, positions, cfg.rope_base), p.apply_rope(k, positions, cfg.rope_base)
+            q = as_model(p.apply_rope(q, positions, cfg.rope_base))     # (H, n, dh)
+            k = as_model(p.apply_rope(k, positions, cfg.rope_base))     # (Hkv, n, dh)
             if cache is not None:                                        # append, then read all positions
                 k, v = cache.append(L, k, v)                             # (Hkv, n_k, dh) each
             # the queries are the last n of the n_k positions: the attention's default, nothing to pass
             if return_weights:
-                attn, weights = p.grouped_query_attention(q, k, v, return_weights=True)
+                attn, weights = grouped_query_attention_with_weights(q, k, v)
                 all_weights.append(weights)
             else:
-                attn = p.grouped_query_attention(q, k, v)                # (H, n, dh)
+                attn = as_model(p.grouped_query_attention(q, k, v))      # (H, n, dh)
             attn = attn.transpose(1, 0, 2).reshape(n, cfg.d_model)      # (n, H*dh) = (n, d)
             x = x + attn @ w["attn_output"].T
-            h = p.rms_norm(x, w["ffn_norm"], cfg.eps)
-            x = x + p.swiglu(h, w["ffn_gate"], w["ffn_up"], w["ffn_down"])
-        logits = p.rms_norm(x, self.final_norm, cfg.eps) @ self.embedding.T    # (n, V): tied head
+            h = as_model(p.rms_norm(x, w["ffn_norm"], cfg.eps))
+            x = x + as_model(p.swiglu(h, w["ffn_gate"], w["ffn_up"], w["ffn_down"]))
+        logits = as_model(p.rms_norm(x, self.final_norm, cfg.eps)) @ self.embedding.T    # (n, V): tied head
         return (logits, all_weights) if return_weights else logits
 
     def step_function(self, cache: KVCache):

@@ -33,7 +33,7 @@ import numpy as np
 
 from ._checks import as_float_array, describe, positive_int
 from .backward import cross_entropy_backward
-from .llama import (LAYER_TENSORS, Llama, grouped_query_attention, grouped_query_attention_backward,
+from .llama import (LAYER_TENSORS, Llama, grouped_query_attention_backward, grouped_query_attention_with_weights,
                     rms_norm, rms_norm_backward, rope_backward, rope_tables, rotate_pairs, silu, silu_backward)
 from .loss import cross_entropy
 
@@ -183,7 +183,7 @@ class LoRAModel:
         q = rotate_pairs(heads(self._project(L, "attn_q", a), cfg.n_heads), cos, sin)
         k = rotate_pairs(heads(self._project(L, "attn_k", a), cfg.n_kv_heads), cos, sin)
         v = heads(self._project(L, "attn_v", a), cfg.n_kv_heads)
-        outs, weights = zip(*(grouped_query_attention(q[i], k[i], v[i], positions, return_weights=True)
+        outs, weights = zip(*(grouped_query_attention_with_weights(q[i], k[i], v[i], positions)
                               for i in range(b)))
         o = np.stack(outs).transpose(0, 2, 1, 3).reshape(b, n, d)
         x1 = x + self._project(L, "attn_output", o)

