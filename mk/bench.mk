@@ -8,21 +8,29 @@
 #                      the bound (GEMV, plain read), FastLlama, the readable Llama, transformers
 #                      (loop, generate), llama.cpp if llama-cpp-python is installed (bench/llm_speed.py,
 #                      ~10 min): bench/results/llm_speed.{txt,json,md,png} and the table in bench/README.md
+#   make bench-llamacpp  builds the optional llama-cpp-python (requirements/bench.txt; ~5 min) for bench-llm
 #   make bench-train   one training step of notebook 10's model (bench/train_step_speed.py, ~2 min):
 #                      bench/results/train_step.txt
 #   make bench-lora    one LoRA fine-tuning step of notebook 11 (SmolLM2-135M), NumPy vs PyTorch eager,
 #                      default threads and one (bench/lora_step_speed.py, ~10 min): bench/results/lora_step.txt
 #   make bench-quick   smoke run of bench/run.py (small shapes, a few seconds per row), writes nothing
 
-.PHONY: bench bench-attention bench-llm bench-train bench-lora bench-quick
+.PHONY: bench bench-attention bench-llm bench-llamacpp bench-train bench-lora bench-quick
 
 bench: bench-attention bench-llm bench-train bench-lora ## all speed measurements against PyTorch; results in bench/results/, summary in bench/README.md
 
 bench-attention: env ## attention and multi-head attention against PyTorch; table + plot in bench/results/
 	$(PY) bench/run.py
 
-bench-llm: env ## SmolLM2-135M decoding: share of the memory-bandwidth bound, beside transformers and llama.cpp
+bench-llm: test-env bench-llamacpp ## SmolLM2-135M decoding: share of the memory-bandwidth bound, beside transformers and llama.cpp
 	$(PY) bench/llm_speed.py
+
+# llama.cpp (llama-cpp-python) has no wheel on the registry: a source build with cmake and gcc (~5 min on
+# 2 cores). Optional: when the build fails, bench-llm runs without the llama.cpp rows and says so.
+bench-llamacpp: test-env ## optional: build llama-cpp-python (requirements/bench.txt) for bench-llm's llama.cpp rows
+	@$(PY) -c "import llama_cpp, diskcache" 2>/dev/null \
+		|| CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PIP) install -r requirements/bench.txt \
+		|| echo "bench-llamacpp: llama-cpp-python did not build; bench-llm runs without llama.cpp rows"
 
 bench-train: env ## one training step of notebook 10's model, NumPy vs PyTorch (bench/train_step_speed.py)
 	$(PY) bench/train_step_speed.py > bench/results/train_step.txt.tmp && mv bench/results/train_step.txt.tmp bench/results/train_step.txt
