@@ -299,7 +299,7 @@ class TransformerDecoderBlock:
                             f"got {describe(self_attention)}")
         params = {k: np.zeros(self.d_model, dtype=self.self_attention.W_Q.dtype) if v is None else v
                   for k, v in attention_params(self.self_attention).items()}   # a missing bias is 0
-        past = None if cache is None else (cache.keys, cache.values)
+        past = None if cache is None or cache.length == 0 else (cache.keys, cache.values)   # nothing seen: None
         out, weights, (keys, values) = self_attention(x, params, self.n_heads, past)
         if isinstance(cache, PreallocatedKVCache):                     # fill its buffer with the new positions
             n_past = cache.length
