@@ -19,11 +19,13 @@ Every generating model of the course (``decoder.DecoderLM``, ``llama.Llama``, an
 ``transformer_course_fast.FastLlama``) answers one protocol::
 
     cache = model.new_cache(capacity)       # kv_cache.LayerCaches: growing (None) or preallocated
+                                            # (FastLlama: its own FastKVCache, preallocated only)
     logits = model.forward(ids, cache)      # (n, V) for ids at positions cache.length..; the cache
                                             # is extended in place (no cache: positions 0..n-1)
 
 and the two step functions below run on any such model: :class:`UncachedStep` reruns the whole
-sequence every step, :class:`CachedStep` feeds only the tokens its cache has not seen.
+sequence every step, :class:`CachedStep` feeds only the tokens its cache has not seen. They read
+nothing else of the model, so this module imports none.
 """
 
 from __future__ import annotations
