@@ -102,6 +102,8 @@ def _causal_self_attention(x, params, n_heads, cache):
     if x.shape[-1] != d_model:
         raise ValueError(f"x must have last dimension d_model={d_model}, got shape {x.shape}")
     h, d_head = n_heads, d_model // n_heads
+    # multihead's split_heads / merge_heads, not its _project_attend_merge: the new keys and values go into
+    # the cache between the projection and the attention, which then reads every cached position.
     q = split_heads(_project(x, W_Q, params.get("b_Q")), h)                  # (..., h, n_new, d_head)
     k = split_heads(_project(x, params["W_K"], params.get("b_K")), h)        # (..., h, n_new, d_head)
     v = split_heads(_project(x, params["W_V"], params.get("b_V")), h)        # (..., h, n_new, d_head)
