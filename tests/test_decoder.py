@@ -229,7 +229,7 @@ def test_induction_model_copies_the_token_after_the_previous_occurrence():
 def test_induction_model_attention_patterns():
     model = induction_model(8, 16)
     ids = np.array([0, 5, 6, 5])
-    _, _, weights = model.forward(ids)
+    _, weights = model.forward(ids, return_weights=True)
     np.testing.assert_allclose(weights[0][0][1:], np.eye(4, k=-1)[1:], atol=1e-6)     # previous-token head
     assert weights[1][0][3, 2] > 1 - 1e-6                                             # 5 -> after the earlier 5
 

@@ -15,20 +15,12 @@ from transformer_course.llama import KVCache as LlamaKVCache
 CACHES = ["growing", "preallocated"]
 
 
-def decoder_caches(kind, model: DecoderLM, capacity: int):
-    h = model.blocks[0].n_heads
-    d_head = model.d_model // h
-    if kind == "growing":
-        empty = np.zeros((h, 0, d_head))
-        return [GrowingKVCache(empty, empty) for _ in model.blocks]
-    return [PreallocatedKVCache(h, capacity, d_head, np.float64) for _ in model.blocks]
-
-
-def llama_cache(kind, model, capacity: int):
-    cfg = model.config
-    if kind == "growing":
-        return LayerCaches.growing(cfg.n_layers, cfg.n_kv_heads, cfg.d_head, model.dtype)
-    return model.new_cache(capacity)
+def new_cache(kind, model, capacity: int):
+    """The model's own cache of that kind (both models answer new_cache(capacity), None = growing)."""
+    cache = model.new_cache(None if kind == "growing" else capacity)
+    assert isinstance(cache, LayerCaches) and cache.length == 0
+    assert cache.capacity == (None if kind == "growing" else capacity)
+    return cache
 
 
 def steps(ids, prompt: int):
@@ -42,12 +34,10 @@ def test_decoder_lm_step_by_step_through_each_cache(kind):
                              rng=np.random.default_rng(0))
     ids = np.random.default_rng(1).integers(0, 23, 11)
     full = model.logits(ids)                                                 # (11, V), no cache
-    caches = decoder_caches(kind, model, capacity=16)
-    rows = []
-    for piece in steps(ids, 4):
-        logits, caches, _ = model.forward(piece, caches)
-        rows.append(logits)
-    assert all(c.length == ids.size for c in caches), [c.length for c in caches]
+    cache = new_cache(kind, model, capacity=16)
+    rows = [model.forward(piece, cache) for piece in steps(ids, 4)]
+    assert all(c.length == ids.size for c in cache), [c.length for c in cache]
+    assert all(type(c) is (GrowingKVCache if kind == "growing" else PreallocatedKVCache) for c in cache)
     np.testing.assert_allclose(np.concatenate(rows), full, rtol=0, atol=1e-12 * np.abs(full).max(),
                                err_msg=f"{kind} cache: cached logits differ from the uncached forward")
 
@@ -58,7 +48,7 @@ def test_llama_step_by_step_through_each_cache(kind, dtype):
     model = tiny_model(dtype)
     ids = np.random.default_rng(2).integers(0, 50, 12)
     full = model.forward(ids)
-    cache = llama_cache(kind, model, 16)
+    cache = new_cache(kind, model, 16)
     rows = [model.forward(piece, cache) for piece in steps(ids, 5)]
     assert cache.length == ids.size
     tol = 1e-4 if dtype == np.float32 else 1e-12
@@ -74,17 +64,14 @@ def test_the_two_caches_give_the_same_logits(model_kind):
         model = DecoderLM.random(vocab_size=23, d_model=16, n_heads=4, n_layers=2, max_len=16,
                                  rng=np.random.default_rng(3))
         ids = np.random.default_rng(4).integers(0, 23, 9)
-        caches = {k: decoder_caches(k, model, 9) for k in CACHES}
-        out = {k: [] for k in CACHES}
-        for piece in steps(ids, 3):
-            for k in CACHES:
-                logits, caches[k], _ = model.forward(piece, caches[k])
-                out[k].append(logits)
     else:
         model = tiny_model(np.float64, seed=5)
         ids = np.random.default_rng(6).integers(0, 50, 9)
-        caches = {k: llama_cache(k, model, 9) for k in CACHES}
-        out = {k: [model.forward(piece, caches[k]) for piece in steps(ids, 3)] for k in CACHES}
+    caches = {k: new_cache(k, model, 9) for k in CACHES}
+    out = {k: [] for k in CACHES}
+    for piece in steps(ids, 3):                                   # side by side, step for step
+        for k in CACHES:
+            out[k].append(model.forward(piece, caches[k]))
     a, b = (np.concatenate(out[k]) for k in CACHES)
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-13 * np.abs(a).max())
 

@@ -8,6 +8,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from transformer_course import decode_position, frequencies, positional_encoding, relative_shift_matrix
+from transformer_course.positional import rope_frequencies
 from transformer_course.positional import decodable_range
 
 PROPS = settings(max_examples=30, deadline=None, database=None)
@@ -134,6 +135,24 @@ def test_positional_encoding_bad_sizes(args, exc, match):
 def test_frequencies_bad_d_model(d, exc):
     with pytest.raises(exc, match=r"d_model must be a positive integer, got"):
         frequencies(d)
+
+
+def test_ropes_ladder_is_the_sinusoids_ladder():
+    """One ladder of frequencies, base ** (-2i / d): the sinusoids' (base 10000) and RoPE's (any base) --
+    bit for bit the formula Llama and FastLlama always used."""
+    for d, base in ((8, 10000.0), (64, 1e5), (64, 10000), (2, 500000.0)):
+        w = rope_frequencies(d, base)
+        np.testing.assert_array_equal(w, frequencies(d, base))
+        np.testing.assert_array_equal(w, base ** (-np.arange(0, d, 2) / d))
+    np.testing.assert_array_equal(frequencies(64), rope_frequencies(64))     # the default base: 10000 for both
+    with pytest.raises(ValueError, match="d_head must be even"):
+        rope_frequencies(7)
+
+
+@pytest.mark.parametrize("base", [1.0, 0.5, -3.0, float("inf"), float("nan"), "10000", True])
+def test_frequencies_bad_base(base):
+    with pytest.raises(ValueError, match=r"base must be a finite number > 1, got"):
+        frequencies(8, base)
 
 
 def test_relative_shift_matrix_needs_even_width():

@@ -28,9 +28,9 @@ from .pretrained import embed_tokens, encode_long_document, encoder_layer, patte
 from .softmax import attention_entropy, softmax, softmax_backward, softmax_jacobian
 # Notebook 08: the decoder and generation.
 from . import decoder, generation
-from .decoder import (CachedStep, DecoderLM, KVCache, TransformerDecoderBlock, UncachedStep,
-                      causal_self_attention, cross_attention, decoder_block)
-from .generation import generate, sample_next_token, sampling_probabilities
+from .decoder import (DecoderLM, KVCache, TransformerDecoderBlock, causal_self_attention, cross_attention,
+                      decoder_block)
+from .generation import CachedStep, UncachedStep, generate, sample_next_token, sampling_probabilities
 from .loss import cross_entropy, language_model_loss
 # Notebook 09: a LLaMA-style decoder (SmolLM2-135M from its GGUF file) and block quantisation.
 from .llama import Llama, LlamaConfig

@@ -1,11 +1,13 @@
-"""A decoder-only language model composed of decoder blocks, its step functions, and a hand-set
-induction model (notebook 08; theory.md §6.2, §9).
+"""A decoder-only language model composed of decoder blocks, and a hand-set induction model
+(notebook 08; theory.md §6.2, §9).
 
     logits = final(X_L) @ W_U,   X_0 = W_E[ids] + W_P[positions],   X_l = block_l(X_{l-1})
 
 The blocks (causal self-attention over a KV cache, cross-attention, the feed-forward) are in
-decoder_block.py, the caches in kv_cache.py, the PyTorch adapter in torch_interop.py; they are
-imported here too, so ``transformer_course.decoder.TransformerDecoderBlock`` and the others keep working.
+decoder_block.py, the caches in kv_cache.py, the step functions (``CachedStep``, ``UncachedStep``, for
+any model with ``new_cache``/``forward(ids, cache)``) in generation.py, the PyTorch adapter in
+torch_interop.py; they are imported here too, so ``transformer_course.decoder.TransformerDecoderBlock``,
+``transformer_course.decoder.CachedStep`` and the others keep working.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from .decoder_block import (  # noqa: F401 (re-exported: notebook 08 and the tes
     decoder_block,
     offset_causal_mask,
 )
+from .generation import CachedStep, UncachedStep  # noqa: F401 (notebook 08 imports its step functions from here)
+from .kv_cache import GrowingKVCache, LayerCaches, PreallocatedKVCache
 from .loss import language_model_loss  # noqa: F401 (notebook 08's loss; it lives with the others)
 from .normalization import layer_norm
 from .torch_interop import decoder_block_from_torch  # noqa: F401 (the adapter lives with the others)
@@ -94,69 +98,65 @@ class DecoderLM:
                              f"got {start + ids.size}")
         return ids
 
-    def forward(self, ids, caches: list[KVCache] | None = None):
-        """Logits for new tokens ``ids`` ``(n_new,)`` after the cached ones.
+    @property
+    def dtype(self) -> np.dtype:
+        """What the residual stream, the keys and the values are computed in."""
+        return np.result_type(self.W_E, self.W_P, *{b.self_attention.W_K.dtype for b in self.blocks})
+
+    def new_cache(self, capacity: int | None = None) -> LayerCaches:
+        """An empty cache for :meth:`forward`: one per block, growing (``capacity=None``) or preallocated
+        for ``capacity`` positions; each ``(n_heads, length, d_head)``."""
+        attentions = [block.self_attention for block in self.blocks]
+        if capacity is None:
+            return LayerCaches(GrowingKVCache(np.zeros((a.n_heads, 0, a.d_head), self.dtype),
+                                              np.zeros((a.n_heads, 0, a.d_head), self.dtype)) for a in attentions)
+        capacity = positive_int(capacity, "capacity")
+        return LayerCaches(PreallocatedKVCache(a.n_heads, capacity, a.d_head, self.dtype) for a in attentions)
+
+    def _check_cache(self, cache) -> int:
+        """The number of positions ``cache`` holds (0 for None), checked against the model."""
+        if cache is None:
+            return 0
+        if not isinstance(cache, LayerCaches):
+            raise TypeError(f"cache must be None or a LayerCaches (this model's new_cache()), got {describe(cache)}")
+        if len(cache) != len(self.blocks):
+            raise ValueError(f"cache holds {len(cache)} layers, the model has {len(self.blocks)} blocks")
+        return cache.length
+
+    def forward(self, ids, cache: LayerCaches | None = None, return_weights: bool = False):
+        """Logits for new tokens ``ids`` ``(n_new,)`` after the cached ones, extending ``cache`` in place.
+
+        Args:
+            ids: ``(n_new,)`` token ids, at positions ``cache.length ..`` (``0..n_new-1`` without a cache).
+            cache: None, or a :class:`~transformer_course.kv_cache.LayerCaches` with one cache per block
+                (:meth:`new_cache`); the new positions' keys and values are appended to it.
+            return_weights: also return every block's self-attention weights.
 
         Returns:
-            ``(logits, caches, weights)``: ``(n_new, V)``; one :class:`KVCache` per
-            block (``n_past + n_new`` positions); per block the self-attention
-            weights ``(n_heads, n_new, n_past + n_new)``.
+            logits ``(n_new, V)``; with ``return_weights`` also a list with, per block, the weights
+            ``(n_heads, n_new, n_past + n_new)``.
         """
-        start = 0 if caches is None else caches[0].length
+        start = self._check_cache(cache)
         ids = self._check_ids(ids, start)
+        if cache is not None and cache.capacity is not None and start + ids.size > cache.capacity:
+            raise ValueError(f"the cache holds {cache.capacity} positions; {start} used, {ids.size} more requested")
         x = self.W_E[ids] + self.W_P[start:start + ids.size]      # (n_new, d_model)
-        new_caches, weights = [], []
+        weights = []
         for i, block in enumerate(self.blocks):
-            result = block(x, cache=None if caches is None else caches[i],
+            result = block(x, cache=None if cache is None else cache[i],
                            self_attention=self.causal_self_attention)
             x = result.output
-            new_caches.append(result.cache)
+            if cache is not None:
+                cache[i] = result.cache                           # (n_heads, n_past + n_new, d_head) each
             weights.append(result.self_weights)
         if self.final_norm:
             x = layer_norm(x)
-        return x @ self.W_U, new_caches, weights                  # (n_new, V)
+        logits = x @ self.W_U                                     # (n_new, V)
+        return (logits, weights) if return_weights else logits
 
     def logits(self, ids) -> np.ndarray:
         """``(n, V)``: row ``t`` scores token ``t + 1`` given tokens ``0..t``."""
-        return self.forward(ids)[0]
-
-
-class UncachedStep:
-    """``step(ids) -> logits (V,)`` that recomputes the whole prefix every call (for ``generate``)."""
-
-    def __init__(self, model: DecoderLM):
-        self.model = model
-
-    def __call__(self, ids) -> np.ndarray:
-        return self.model.logits(ids)[-1]                          # (V,)
-
-
-class CachedStep:
-    """``step(ids) -> logits (V,)`` that keeps a KV cache and only runs the tokens it has not seen.
-
-    The first call processes the whole prompt; each later call one token.
-    ``ids`` must extend the sequence of the previous call.
-    """
-
-    def __init__(self, model: DecoderLM):
-        self.model = model
-        self.caches: list[KVCache] | None = None
-        self.seen = np.zeros(0, dtype=np.int64)
-
-    def __call__(self, ids) -> np.ndarray:
-        ids = np.asarray(ids)
-        n_seen = self.seen.size
-        if ids.size <= n_seen or not np.array_equal(ids[:n_seen], self.seen):
-            raise ValueError("CachedStep: ids must extend the tokens of the previous call "
-                             "(make a new CachedStep for a new sequence)")
-        logits, self.caches, _ = self.model.forward(ids[n_seen:], self.caches)
-        self.seen = ids.copy()
-        return logits[-1]                                          # (V,)
-
-    @property
-    def cache_nbytes(self) -> int:
-        """Bytes held by the caches of all layers."""
-        return 0 if self.caches is None else sum(c.nbytes for c in self.caches)
+        return self.forward(ids)
 
 
 def induction_model(vocab_size: int, max_len: int, *, sharpness: float = 20.0) -> DecoderLM:

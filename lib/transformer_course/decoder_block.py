@@ -102,6 +102,8 @@ def _causal_self_attention(x, params, n_heads, cache):
     if x.shape[-1] != d_model:
         raise ValueError(f"x must have last dimension d_model={d_model}, got shape {x.shape}")
     h, d_head = n_heads, d_model // n_heads
+    # multihead's split_heads / merge_heads, not its _project_attend_merge: the new keys and values go into
+    # the cache between the projection and the attention, which then reads every cached position.
     q = split_heads(_project(x, W_Q, params.get("b_Q")), h)                  # (..., h, n_new, d_head)
     k = split_heads(_project(x, params["W_K"], params.get("b_K")), h)        # (..., h, n_new, d_head)
     v = split_heads(_project(x, params["W_V"], params.get("b_V")), h)        # (..., h, n_new, d_head)
@@ -299,7 +301,7 @@ class TransformerDecoderBlock:
                             f"got {describe(self_attention)}")
         params = {k: np.zeros(self.d_model, dtype=self.self_attention.W_Q.dtype) if v is None else v
                   for k, v in attention_params(self.self_attention).items()}   # a missing bias is 0
-        past = None if cache is None else (cache.keys, cache.values)
+        past = None if cache is None or cache.length == 0 else (cache.keys, cache.values)   # nothing seen: None
         out, weights, (keys, values) = self_attention(x, params, self.n_heads, past)
         if isinstance(cache, PreallocatedKVCache):                     # fill its buffer with the new positions
             n_past = cache.length

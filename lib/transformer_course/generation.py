@@ -13,6 +13,19 @@ The rules compose in that order (temperature, then top-k, then top-p on the
 renormalised top-k distribution), the order Hugging Face ``generate`` uses.
 Temperature divides the logits *before* the softmax: dividing probabilities
 after it would change nothing once they are renormalised (theory.md §9.2).
+
+The loop asks a *step function* ``step(ids) -> logits (V,)`` for the scores of the next token.
+Every generating model of the course (``decoder.DecoderLM``, ``llama.Llama``, and
+``transformer_course_fast.FastLlama``) answers one protocol::
+
+    cache = model.new_cache(capacity)       # kv_cache.LayerCaches: growing (None) or preallocated
+                                            # (FastLlama: its own FastKVCache, preallocated only)
+    logits = model.forward(ids, cache)      # (n, V) for ids at positions cache.length..; the cache
+                                            # is extended in place (no cache: positions 0..n-1)
+
+and the two step functions below run on any such model: :class:`UncachedStep` reruns the whole
+sequence every step, :class:`CachedStep` feeds only the tokens its cache has not seen. They read
+nothing else of the model, so this module imports none.
 """
 
 from __future__ import annotations
@@ -194,7 +207,7 @@ def generate(
     Args:
         step_fn: ``step_fn(ids) -> logits``: given every token so far, shape
             ``(n,)`` of ints, return the scores for token ``n``, shape ``(V,)``.
-            A cached model (``decoder.CachedStep``) keeps its own state and only
+            A cached step (:class:`CachedStep`) keeps its own state and only
             processes the tokens it has not seen; the loop is the same.
         prompt_ids: 1-D sequence of at least one int token id.
         n_new: number of tokens to add (0 returns the prompt).
@@ -219,3 +232,76 @@ def generate(
         token = sample_next_token(logits, rng=rng, temperature=temperature, top_k=top_k, top_p=top_p)
         ids = np.append(ids, np.int64(token))                     # (n,) -> (n + 1,)
     return ids
+
+
+# -- step functions over a model's forward(ids, cache) ---------------------------------------------------
+
+def _check_model(model, needs_cache: bool):
+    """``model`` must have ``forward(ids, cache=None) -> logits (n, V)`` (and ``new_cache`` for a cached step)."""
+    wanted = ("forward", "new_cache") if needs_cache else ("forward",)
+    lacking = [name for name in wanted if not callable(getattr(model, name, None))]
+    if lacking:
+        raise TypeError(f"model must have the methods forward(ids, cache=None) -> logits (n, V)"
+                        f"{' and new_cache(capacity)' if needs_cache else ''}; {describe(model)} has no "
+                        f"{' or '.join(lacking)}")
+    return model
+
+
+def _check_step_ids(ids) -> np.ndarray:
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"ids must be a non-empty 1-D array of integer token ids, got {describe(ids)}")
+    return ids
+
+
+class UncachedStep:
+    """``step(ids) -> logits (V,)`` that runs the whole sequence through ``model.forward(ids)`` every call.
+
+    ``model``: any model with ``forward(ids, cache=None) -> logits (n, V)`` (see the module's docstring).
+    """
+
+    def __init__(self, model):
+        self.model = _check_model(model, needs_cache=False)
+
+    def __call__(self, ids) -> np.ndarray:
+        return self.model.forward(_check_step_ids(ids))[-1]            # (V,)
+
+
+class CachedStep:
+    """``step(ids) -> logits (V,)`` that keeps a KV cache and only runs the tokens it has not seen.
+
+    The first call processes the whole prompt; each later call one token. ``ids`` must extend the
+    sequence of the previous call (make a new step for a new sequence).
+
+    Args:
+        model: any model with ``forward(ids, cache)`` and ``new_cache(capacity)`` (see the module's docstring).
+        cache: an empty cache of that model to fill (e.g. ``model.new_cache(64)``, preallocated), or None
+            for ``model.new_cache()``. It is extended in place: ``step.cache`` holds every token fed so far.
+    """
+
+    def __init__(self, model, cache=None):
+        self.model = _check_model(model, needs_cache=cache is None)
+        self.cache = model.new_cache() if cache is None else cache
+        if getattr(self.cache, "length", None) != 0:
+            raise ValueError(f"cache must be an empty cache of the model (length 0), got {describe(self.cache)} "
+                             f"holding {getattr(self.cache, 'length', '?')} positions")
+        self.seen = np.zeros(0, dtype=np.int64)
+
+    def __call__(self, ids) -> np.ndarray:
+        ids = _check_step_ids(ids)
+        n_seen = self.seen.size
+        if ids.size <= n_seen or not np.array_equal(ids[:n_seen], self.seen):
+            raise ValueError(f"ids must extend the {n_seen} tokens of the previous call by at least one, "
+                             f"got {ids.size} ids{'' if ids.size <= n_seen else ' that start differently'} "
+                             f"(make a new CachedStep for a new sequence)")
+        if self.cache.length != n_seen:
+            raise ValueError(f"the cache holds {self.cache.length} positions but this step has fed {n_seen} tokens: "
+                             f"it was changed outside the step (give each CachedStep its own cache)")
+        logits = self.model.forward(ids[n_seen:], self.cache)       # (n_new, V); the cache grows in place
+        self.seen = ids.copy()
+        return logits[-1]                                           # (V,)
+
+    @property
+    def cache_nbytes(self) -> int:
+        """Bytes held by the cache of every layer."""
+        return self.cache.nbytes

@@ -138,7 +138,9 @@ class LayerCaches:
     """One cache per layer of a model, all holding the same positions.
 
     ``caches[L]`` is layer L's cache; ``caches.append(L, keys, values)`` appends to it and returns its
-    keys and values for every position so far. Build with :meth:`growing` or :meth:`preallocated`.
+    keys and values for every position so far (a layer that appends by itself stores the result with
+    ``caches[L] = ...``). Build with :meth:`growing` or :meth:`preallocated`; a model's ``new_cache(capacity)``
+    builds the one that fits it, and its ``forward(ids, cache)`` extends it in place.
     """
 
     def __init__(self, layers):
@@ -156,6 +158,10 @@ class LayerCaches:
 
     def __getitem__(self, layer):
         return self.layers[layer]
+
+    def __setitem__(self, layer: int, cache) -> None:
+        """Make ``cache`` layer ``layer``'s cache: what its ``append`` returned (a block that appends itself)."""
+        self.layers[layer] = cache
 
     def __len__(self) -> int:
         return len(self.layers)

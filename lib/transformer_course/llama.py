@@ -178,7 +178,11 @@ class Llama:
         other.pieces = llama_pieces(pieces)
         return other
 
-    def new_cache(self, capacity: int = 1024) -> KVCache:
+    def new_cache(self, capacity: int | None = None) -> LayerCaches:
+        """An empty cache for :meth:`forward`: growing (``capacity=None``), or a :class:`KVCache` preallocated
+        for ``capacity`` positions; each layer's ``(n_kv_heads, length, d_head)`` in the model's dtype."""
+        if capacity is None:
+            return LayerCaches.growing(self.config.n_layers, self.config.n_kv_heads, self.config.d_head, self.dtype)
         return KVCache(self.config, capacity, self.dtype)
 
     def forward(self, ids, cache: KVCache | None = None, return_weights: bool = False):
@@ -246,17 +250,10 @@ class Llama:
         logits = as_model(p.rms_norm(x, self.final_norm, cfg.eps)) @ self.embedding.T    # (n, V): tied head
         return (logits, all_weights) if return_weights else logits
 
-    def step_function(self, cache: KVCache):
-        """``step(ids) -> logits (V,)`` for ``generation.generate``: feeds the ids the cache has not seen."""
-        def step(ids):
-            ids = np.asarray(ids)
-            return self.forward(ids[cache.length:], cache)[-1]
-        return step
-
     def generate_greedy(self, prompt_ids, n_new: int, use_cache: bool = True) -> np.ndarray:
         """Greedy decoding: ``prompt_ids`` then ``n_new`` argmax tokens; without the cache every
         step runs the whole sequence again (the slow way; the result must be identical)."""
-        from .generation import check_n_new, check_prompt_ids, generate
+        from .generation import CachedStep, UncachedStep, check_n_new, check_prompt_ids, generate
 
         prompt_ids, n_new = check_prompt_ids(prompt_ids), check_n_new(n_new)
         if prompt_ids.max() >= self.config.vocab_size:
@@ -264,8 +261,5 @@ class Llama:
         if prompt_ids.size + n_new > self.config.context_length:
             raise ValueError(f"{prompt_ids.size} prompt ids + n_new={n_new} = {prompt_ids.size + n_new} positions, "
                              f"past the model's context of {self.config.context_length}")
-        if use_cache:
-            step = self.step_function(self.new_cache(prompt_ids.size + n_new))
-        else:
-            step = lambda ids: self.forward(ids)[-1]                      # noqa: E731
+        step = CachedStep(self, self.new_cache(prompt_ids.size + n_new)) if use_cache else UncachedStep(self)
         return generate(step, prompt_ids, n_new, temperature=0.0)

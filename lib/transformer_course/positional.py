@@ -12,16 +12,21 @@ and lets each faster hand refine it.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from ._checks import as_float_array, check_array, describe, positive_int
 
 
-def frequencies(d_model: int) -> np.ndarray:
-    """Angular frequency of each dimension pair: ``(ceil(d_model / 2),)``, from 1 down to ~1e-4."""
+def frequencies(d_model: int, base: float = 10000.0) -> np.ndarray:
+    """Angular frequency of each dimension pair, ``w_i = base ** (-2i / d_model)``: ``(ceil(d_model / 2),)``
+    float64, from 1 down to ~1/base (the sinusoids' ladder; RoPE's, :func:`rope_frequencies`, is this one)."""
     d_model = positive_int(d_model, "d_model")
-    two_i = np.arange(0, d_model, 2)
-    return 1.0 / np.power(10000.0, two_i / d_model)
+    if isinstance(base, bool) or not isinstance(base, numbers.Real) or not np.isfinite(base) or base <= 1:
+        raise ValueError(f"base must be a finite number > 1, got {describe(base)}")
+    two_i = np.arange(0, d_model, 2)                # (ceil(d_model / 2),)
+    return float(base) ** (-two_i / d_model)
 
 
 def positional_encoding(n_positions: int, d_model: int) -> np.ndarray:
@@ -124,11 +129,12 @@ def decode_position(pe) -> np.ndarray:
 # -- RoPE: the same pairwise rotation applied to queries and keys (notebook 09) --------------------
 
 def rope_frequencies(d_head: int, base: float = 10000.0) -> np.ndarray:
-    """Angular frequency of each adjacent pair: ``base ** (-2i / d_head)``, ``(d_head // 2,)`` float64."""
+    """Angular frequency of each adjacent pair: ``base ** (-2i / d_head)``, ``(d_head // 2,)`` float64 --
+    the sinusoids' ladder (:func:`frequencies`) over a head's even width, with the model's base."""
     d_head = positive_int(d_head, "d_head")
     if d_head % 2:
         raise ValueError(f"d_head must be even (features rotate in pairs), got {d_head}")
-    return base ** (-np.arange(0, d_head, 2) / d_head)
+    return frequencies(d_head, base)
 
 
 def rope_tables(positions, d_head: int, base: float = 10000.0, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:

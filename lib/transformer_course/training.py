@@ -55,6 +55,8 @@ def tiny_block(x, p: dict, n_heads: int, mask):
     including the attention weights ``cache["weights"]`` ``(batch, heads, n, n)``.
     """
     a = layer_norm(x, p["ln1.gamma"], p["ln1.beta"], LN_EPS)          # (B, n, d)
+    # multihead's split_heads / merge_heads, not its _project_attend_merge: the backward needs q, k, v and
+    # the merged heads, which that one does not return.
     q = split_heads(a @ p["W_Q"], n_heads)                            # (B, h, n, d_head)
     k = split_heads(a @ p["W_K"], n_heads)
     v = split_heads(a @ p["W_V"], n_heads)

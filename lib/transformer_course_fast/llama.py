@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from transformer_course._checks import describe, positive_int
+from transformer_course.positional import rope_frequencies
 
 __all__ = ["FastKVCache", "FastLlama", "course_smollm2", "load_fast_smollm2"]
 
@@ -197,7 +198,7 @@ class FastLlama:
         self.embedding_t = np.ascontiguousarray(np.asarray(weights["token_embd.weight"]).T, dtype=dtype)
         self.final_norm = np.asarray(weights["output_norm.weight"]).astype(dtype)
         half = self.d_head // 2
-        self._inv_freq = c.rope_base ** (-np.arange(0, self.d_head, 2) / self.d_head)   # (dh/2,) float64
+        self._inv_freq = rope_frequencies(self.d_head, c.rope_base)                      # (dh/2,) float64
         # decode-step buffers (one token)
         t = dtype
         self._x = np.empty(c.d_model, t)
