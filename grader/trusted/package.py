@@ -22,7 +22,8 @@ any notebook added later, whatever its modules are called:
    ``MultiHeadAttention``), keeps its name but raises ``NotImplementedError`` -- except what
    an EARLIER notebook had the student build, what NN's own solution cells call (both are
    given to the student), and what those functions need in turn (read from their source):
-   the tools a solution uses work. The hidden cases' references play no part: they may be
+   the tools a solution uses work. An earlier notebook gives what its solution cells define, not what it only
+   blocked as a twin (04's twin ``apply_rope`` is blocked again in 09, which asks for it). The hidden cases' references play no part: they may be
    written with any concept module (they run outside the sandbox, with the full package).
    Other cells that call this notebook's twin (a comparison cell) fail while grading,
    at no cost in points.
@@ -437,6 +438,12 @@ def plan_for(assignment, lib_dir: Path, earlier=()) -> PackagePlan:
         modules |= {".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in code.files}
     blocked = _built_by(assignment, code)
     given_before = {item for previous in earlier for item in _built_by(previous, code)}
+    # An earlier notebook gives what the student wrote there. What it only blocked as a twin the student never
+    # wrote: it stays blocked where a later notebook asks for it (04 blocked apply_rope and rope_tables as twins
+    # of positional_encoding; 09 asks for apply_rope, with rope_tables as its twin).
+    written_before = {n for previous in earlier for defined in previous.solution_names.values() for n in defined}
+    asked = asked_names(assignment)
+    given_before = {(m, n) for m, n in given_before if n not in asked or n in written_before}
     blocked -= given_before
     given = solution_uses(assignment, names, aliases)
     blocked = {(m, n) for m, n in blocked if m in modules and n not in given}

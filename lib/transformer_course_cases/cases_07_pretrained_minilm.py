@@ -263,4 +263,6 @@ COVERAGE = {
 
 # The package computes sentence_embeddings as l2_normalize(mean_pool(...)): with those two the
 # exercise is one line, so they count as its twins.
-TWINS = {"sentence_embeddings": ("mean_pool", "l2_normalize")}
+# block_from_weights is encoder_layer without its last line (it loads a checkpoint layer into the course's
+# TransformerEncoderBlock, as the exercise does): it counts as encoder_layer's twin.
+TWINS = {"sentence_embeddings": ("mean_pool", "l2_normalize"), "encoder_layer": ("block_from_weights",)}

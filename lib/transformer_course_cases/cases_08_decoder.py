@@ -324,6 +324,11 @@ CASES["decoder.generate_top_k1"] = Case(
     description="temperature 3..6 with top_k=1 and a seeded rng: must equal greedy")
 
 
+# The package computes language_model_loss as cross_entropy of the shifted pair, and sampling_probabilities
+# from keep_top_k and keep_top_p (the truncations): with those the exercises are one line each, so they count
+# as their twins.
+TWINS = {"language_model_loss": ("cross_entropy",), "sampling_probabilities": ("keep_top_k", "keep_top_p")}
+
 # What each exercise's docstring promises, checked by tests/test_hidden_case_coverage.py
 # (declared from the cases as they are; the notebook's author should extend it with what its
 # docstrings promise beyond these, e.g. a fully masked memory row in cross-attention).
