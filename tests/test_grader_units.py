@@ -354,8 +354,9 @@ def _plan_with_earlier(name):
 def test_the_exercises_and_their_twins_are_blocked_not_what_the_references_use(tmp_path):
     """The block rule reads the solution cells and the declared twins, not the references: 03's reference
     runs MultiHeadAttention (multi_head_attention's declared twin: blocked in 03), 08's run
-    MultiHeadAttention, causal_self_attention and TransformerDecoderBlock -- in 08 only the exercise's
-    same-named twin causal_self_attention is blocked, and the blocks built on it still work."""
+    MultiHeadAttention, causal_self_attention and TransformerDecoderBlock -- in 08 the exercise's
+    same-named causal_self_attention is blocked, not the classes: a block's self-attention IS that function,
+    so a DecoderLM runs in 08's sandbox on a function it is given (the student's) and not on its own."""
     from transformer_course_cases import CASES, TWINS
 
     assert TWINS["multi_head_attention"] == ("MultiHeadAttention",)
@@ -378,9 +379,17 @@ def test_the_exercises_and_their_twins_are_blocked_not_what_the_references_use(t
     out = _run_with_package(dest, (
         "import numpy as np, transformer_course as tc\nfrom transformer_course.decoder import DecoderLM\n"
         "lm = DecoderLM.random(vocab_size=7, d_model=8, n_heads=2, n_layers=1, max_len=9, rng=np.random.default_rng(1))\n"
-        "assert lm.logits(np.array([1, 2, 3])).shape == (3, 7)\n"
-        "try:\n    tc.decoder.causal_self_attention(np.zeros((2, 8)), tc.decoder.attention_params(lm.blocks[0].self_attention), 2)\n"
-        "except NotImplementedError:\n    print('ok')\n"))
+        "def mine(x, params, n_heads, cache=None):      # a student's (no cache needed here): heads of 4, uniform\n"
+        "    n = x.shape[-2]\n"
+        "    w = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]\n"
+        "    k = np.zeros((n_heads, n, x.shape[-1] // n_heads))\n"
+        "    return w @ x, np.broadcast_to(w, (n_heads, n, n)), (k, k)\n"
+        "assert lm.with_self_attention(mine).logits(np.array([1, 2, 3])).shape == (3, 7)\n"
+        "for attempt in (lambda: lm.logits(np.array([1, 2, 3])),\n"
+        "                lambda: tc.decoder.causal_self_attention(np.zeros((2, 8)), tc.decoder.attention_params(lm.blocks[0].self_attention), 2)):\n"
+        "    try:\n        attempt()\n    except NotImplementedError:\n        continue\n"
+        "    raise SystemExit('the package computes causal_self_attention')\n"
+        "print('ok')\n"))
     assert out.stdout.strip() == "ok", out.stderr
 
 

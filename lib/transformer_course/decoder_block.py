@@ -73,23 +73,6 @@ def causal_self_attention(x, params, n_heads, cache=None):
         values appended (it unpacks as ``keys, values``). Feeding a sequence in one call or in pieces
         gives the same outputs (up to rounding).
     """
-    return _causal_self_attention(x, params, n_heads, cache)
-
-
-def _project(x, W, b):
-    """x @ W + b; a projection without a bias (b is None) adds nothing."""
-    return x @ W if b is None else x @ W + b
-
-
-def _attend_over_cache(attention, x, cache):
-    # The blocks call this (and _causal_self_attention) directly: the grader replaces the public
-    # function by a stub in notebook 08's sandbox (the notebook asks for it), while the blocks must keep working.
-    if not isinstance(attention, MultiHeadAttention):
-        raise TypeError(f"attention must be a MultiHeadAttention, got {describe(attention)}")
-    return _causal_self_attention(x, attention_params(attention), attention.n_heads, cache)
-
-
-def _causal_self_attention(x, params, n_heads, cache):
     if not isinstance(params, dict) or any(params.get(k) is None for k in ("W_Q", "W_K", "W_V", "W_O")):
         raise TypeError(f"params must be a dict with W_Q, W_K, W_V, W_O, got {describe(params)}")
     W_Q = as_float_array(params["W_Q"], "params['W_Q']", min_ndim=2)
@@ -124,6 +107,20 @@ def _causal_self_attention(x, params, n_heads, cache):
     heads, weights = scaled_dot_product_attention(q, cache.keys, cache.values, mask=mask)
     output = _project(merge_heads(heads), params["W_O"], params.get("b_O"))   # (..., n_new, d_model)
     return output, weights, cache
+
+
+def _project(x, W, b):
+    """x @ W + b; a projection without a bias (b is None) adds nothing."""
+    return x @ W if b is None else x @ W + b
+
+
+def _attend_over_cache(attention, x, cache):
+    # A block's own self-attention is causal_self_attention itself, holding the block's weights: where a
+    # notebook asks for that function (08), the grader's stub stops the block too, unless the block is given
+    # the student's function (TransformerDecoderBlock(..., self_attention=...), DecoderLM.with_self_attention).
+    if not isinstance(attention, MultiHeadAttention):
+        raise TypeError(f"attention must be a MultiHeadAttention, got {describe(attention)}")
+    return causal_self_attention(x, attention_params(attention), attention.n_heads, cache)
 
 
 def _attention_from_params(params, n_heads) -> MultiHeadAttention:
@@ -204,6 +201,10 @@ class TransformerDecoderBlock:
     end, where causality keeps padding from reaching the real tokens before it). Only the
     cross-attention takes a mask, ``memory_key_padding_mask``.
 
+    The sub-layers are this module's functions holding the block's weights: the self-attention is
+    :func:`causal_self_attention` (or the ``self_attention`` function a call is given), the cross-attention
+    :func:`cross_attention`.
+
     Args:
         d_model: token width.
         n_heads: attention heads (must divide d_model).
@@ -281,8 +282,10 @@ class TransformerDecoderBlock:
         cross_weights = None
         b = a
         if self.cross_attention is not None:
-            crossed, cross_weights = self.cross_attention(
-                self._norm(2, a) if pre else a, memory, memory, key_padding_mask=memory_key_padding_mask)
+            # cross_attention itself, holding this block's weights (as the self-attention above)
+            crossed, cross_weights = cross_attention(self._norm(2, a) if pre else a, memory,
+                                                     attention_params(self.cross_attention), self.n_heads,
+                                                     memory_mask=memory_key_padding_mask)
             b = a + crossed if pre else self._norm(2, a + crossed)
         # 3. feed-forward
         if self.feed_forward is None:
