@@ -15,6 +15,8 @@ Each attacker is the correct submission with one or two solution cells replaced 
   sample_next_token and generate, which call it, fail with it.
 * 07, encoder_layer: ``pretrained.block_from_weights`` (declared twin).
 * 09, apply_rope: ``positional.apply_rope`` (04 blocked it only as a twin; the student never wrote it before 09).
+* 11, lora_forward: ``LoRAModel.merged_weights`` on a holder made without a model (the merge is the adapted
+  layer, ``lora_forward``, applied to the identity).
 """
 
 from __future__ import annotations
@@ -88,6 +90,16 @@ ROPE = (
     "def apply_rope(x, positions, base=10000.0):\n"
     "    return importlib.import_module('transformer_course.positional').apply_rope(x, positions, base)\n"
 )
+LORA = (
+    "from types import SimpleNamespace\n"
+    "from transformer_course import lora\n"
+    "def lora_forward(x, W, A, B, scale):\n"
+    "    holder = lora.LoRAModel.__new__(lora.LoRAModel)                 # no base model needed\n"
+    "    holder.model = SimpleNamespace(embedding=None, final_norm=None, layers=[{'attn_q': W}])\n"
+    "    holder.adapters = {lora.adapter_name(0, 'attn_q', 'A'): A, lora.adapter_name(0, 'attn_q', 'B'): B}\n"
+    "    holder.scale, holder.pieces = scale, dict(lora.PIECES)\n"
+    "    return x @ holder.merged_weights()['blk.0.attn_q.weight'].T\n"
+)
 
 # student -> (notebook, {solution cell grade_id: new source}, test cells that must fail, a name the details give)
 ATTACKERS = {
@@ -100,6 +112,7 @@ ATTACKERS = {
     "minilm_loader": ("07_pretrained_minilm", {"encoder_layer": ENCODER_LAYER}, {"test_encoder_layer"},
                       "block_from_weights"),
     "rope": ("09_llm", {"apply_rope": ROPE}, {"test_apply_rope"}, "apply_rope"),
+    "lora_merge": ("11_finetune", {"lora_forward": LORA}, {"test_lora_forward"}, "lora_forward"),
 }
 NOTEBOOKS = sorted({nb for nb, *_ in ATTACKERS.values()})
 

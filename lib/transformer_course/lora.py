@@ -298,14 +298,20 @@ class LoRAModel:
 
     # -- merge, save, load ----------------------------------------------------------------------
     def merged_weights(self) -> dict:
-        """The base model's GGUF-named weights with ``W + (alpha / r) B A`` folded into each adapted W."""
+        """The base model's GGUF-named weights with ``W + (alpha / r) B A`` folded into each adapted W.
+
+        The merged matrix is the adapted layer's map written as a matrix: row i of its transpose is the
+        layer (``pieces["lora_forward"]``) applied to the basis vector e_i, so the adapted map is defined
+        in one place. Where a notebook asks for lora_forward (11), the merge runs on the student's."""
         m = self.model
         weights = {"token_embd.weight": m.embedding, "output_norm.weight": m.final_norm}
         for L, layer in enumerate(m.layers):
             for name, W in layer.items():
                 key = adapter_name(L, name, "A")
                 if key in self.adapters:
-                    W = W + self.scale * (self.adapters[adapter_name(L, name, "B")] @ self.adapters[key])
+                    basis = np.eye(W.shape[1], dtype=W.dtype)                          # (in, in): e_0 .. e_{in-1}
+                    W = self.pieces["lora_forward"](basis, W, self.adapters[key], self.adapters[adapter_name(L, name, "B")],
+                                                    self.scale).T                      # (in, out) -> (out, in)
                 weights[f"blk.{L}.{name}.weight"] = W
         return weights
 
