@@ -17,6 +17,8 @@ Each attacker is the correct submission with one or two solution cells replaced 
 * 09, apply_rope: ``positional.apply_rope`` (04 blocked it only as a twin; the student never wrote it before 09).
 * 11, lora_forward: ``LoRAModel.merged_weights`` on a holder made without a model (the merge is the adapted
   layer, ``lora_forward``, applied to the identity).
+* 11, kv_head_gradient: ``attention.grouped_query_attention_backward`` with the identity as attention weights,
+  whose value gradient is the sum over each group (declared twin).
 """
 
 from __future__ import annotations
@@ -100,6 +102,16 @@ LORA = (
     "    holder.scale, holder.pieces = scale, dict(lora.PIECES)\n"
     "    return x @ holder.merged_weights()['blk.0.attn_q.weight'].T\n"
 )
+KV = (
+    "from transformer_course import attention\n"
+    "def kv_head_gradient(grad_per_query_head, n_kv_heads):\n"
+    "    g = np.asarray(grad_per_query_head)\n"
+    "    n_heads, n, d = g.shape\n"
+    "    zeros = lambda h: np.zeros((h, n, d))                            # noqa: E731\n"
+    "    identity = np.broadcast_to(np.eye(n), (n_heads, n, n))          # weights: dv = P^T dO, summed per group\n"
+    "    return attention.grouped_query_attention_backward(g, zeros(n_heads), zeros(n_kv_heads), zeros(n_kv_heads),\n"
+    "                                                      None, identity)[2]\n"
+)
 
 # student -> (notebook, {solution cell grade_id: new source}, test cells that must fail, a name the details give)
 ATTACKERS = {
@@ -113,6 +125,7 @@ ATTACKERS = {
                       "block_from_weights"),
     "rope": ("09_llm", {"apply_rope": ROPE}, {"test_apply_rope"}, "apply_rope"),
     "lora_merge": ("11_finetune", {"lora_forward": LORA}, {"test_lora_forward"}, "lora_forward"),
+    "kv_sum": ("11_finetune", {"kv_head_gradient": KV}, {"test_kv_head_gradient"}, "grouped_query_attention_backward"),
 }
 NOTEBOOKS = sorted({nb for nb, *_ in ATTACKERS.values()})
 

@@ -125,3 +125,7 @@ COVERAGE = {
     "kv_head_gradient": {"cases": ("finetune.kv_head_gradient", "finetune.kv_head_gradient_extreme"),
                          "requires": set()},
 }
+
+# grouped_query_attention_backward sums each key/value head's gradient over its group: given the attention
+# weights as the identity, its value gradient IS kv_head_gradient, so it counts as that exercise's twin.
+TWINS = {"kv_head_gradient": ("grouped_query_attention_backward",)}
