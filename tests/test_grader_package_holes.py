@@ -15,6 +15,9 @@ Each attacker is the correct submission with one or two solution cells replaced 
   sample_next_token and generate, which call it, fail with it.
 * 07, encoder_layer: ``pretrained.block_from_weights`` (declared twin).
 * 09, apply_rope: ``positional.apply_rope`` (04 blocked it only as a twin; the student never wrote it before 09).
+* 09, rms_norm: ``transformer_course_fast.FastLlama._rms`` (the row scaling of the fast model, whose gain is folded
+  into the next matrix) on a holder made without a model, times the gain (blocked: ``FastLlama`` is declared a
+  twin of rms_norm: it is the whole of 09's model written for speed).
 * 11, lora_forward: ``LoRAModel.merged_weights`` on a holder made without a model (the merge is the adapted
   layer, ``lora_forward``, applied to the identity).
 * 11, kv_head_gradient: ``attention.grouped_query_attention_backward`` with the identity as attention weights,
@@ -102,6 +105,15 @@ LORA = (
     "    holder.scale, holder.pieces = scale, dict(lora.PIECES)\n"
     "    return x @ holder.merged_weights()['blk.0.attn_q.weight'].T\n"
 )
+RMS = (
+    "from transformer_course_fast.llama import FastLlama\n"
+    "def rms_norm(x, weight, eps=1e-5):\n"
+    "    x = np.asarray(x)\n"
+    "    holder = FastLlama.__new__(FastLlama)                        # no model needed\n"
+    "    holder.dtype, holder._eps = x.dtype, eps\n"
+    "    rows = x.reshape(-1, x.shape[-1])\n"
+    "    return (FastLlama._rms(holder, rows) * weight).reshape(x.shape)\n"
+)
 KV = (
     "from transformer_course import attention\n"
     "def kv_head_gradient(grad_per_query_head, n_kv_heads):\n"
@@ -124,6 +136,7 @@ ATTACKERS = {
     "minilm_loader": ("07_pretrained_minilm", {"encoder_layer": ENCODER_LAYER}, {"test_encoder_layer"},
                       "block_from_weights"),
     "rope": ("09_llm", {"apply_rope": ROPE}, {"test_apply_rope"}, "apply_rope"),
+    "fast_rms": ("09_llm", {"rms_norm": RMS}, {"test_rms_norm"}, "FastLlama"),
     "lora_merge": ("11_finetune", {"lora_forward": LORA}, {"test_lora_forward"}, "lora_forward"),
     "kv_sum": ("11_finetune", {"kv_head_gradient": KV}, {"test_kv_head_gradient"}, "grouped_query_attention_backward"),
 }
