@@ -322,7 +322,7 @@ def _plan(n_heads_inner, n_outer, n_q, n_k, bq, bk, n_threads):
 
 
 def _flash_core(Q, K, V, out, mask, causal, block_q, block_k, threads, running_max="auto",
-                check_finite=False):
+                check_finite=False, known_finite=False):
     """Run the tiles. Q, K, V, out: validated ``(..., n, d)`` arrays of one float dtype
     (float32 or float64); ``out`` may be a strided view. mask: None or ``(..., n_q, n_k)``
     with as many axes as the scores (size-1 axes broadcast). ``threads``: an int; the
@@ -330,7 +330,7 @@ def _flash_core(Q, K, V, out, mask, causal, block_q, block_k, threads, running_m
     ``check_finite``: refuse NaN/inf in Q, K, V. K is checked here (a NaN at a masked
     key, or a -inf that only ever meets queries of one sign, would vanish from the
     scores); Q and V too unless the direct path runs, whose own check covers them
-    (see :class:`_Tiles`)."""
+    (see :class:`_Tiles`). ``known_finite``: the caller has seen that all three are finite."""
     lead = Q.shape[:-2]
     if len(lead) == 0:                                    # (n, d) -> (1, n, d)
         Q, K, V, out = Q[None], K[None], V[None], out[None]
@@ -341,6 +341,7 @@ def _flash_core(Q, K, V, out, mask, causal, block_q, block_k, threads, running_m
     n_q = Q.shape[-2]
     # Additive masks may add large positive numbers: they always get the running max.
     direct = running_max == "auto" and (mask is None or mask.dtype == bool)
+    check_finite = check_finite and not known_finite
     if check_finite:
         _check_finite_fast(K, "K")
         if not direct:
@@ -430,16 +431,47 @@ def flash_attention(Q, K, V, mask=None, *, causal=False, block_q=DEFAULT_BLOCK_Q
         out_dtype = np.result_type(Q, K, V)
         dtype = np.promote_types(out_dtype, np.float32)       # float16 -> float32
         Q, K, V = (a.astype(dtype, copy=False) for a in (Q, K, V))
-        if scores_may_overflow(Q, K) or _sums_may_overflow(V):   # rare: the reference's rules decide
+        safe = _surely_safe(Q, K, V)                           # three dot products, usually enough
+        if not safe and (scores_may_overflow(Q, K) or _sums_may_overflow(V)):   # rare: the reference decides
             return _by_the_reference(Q, K, V, mask, causal, out_dtype)
         out = np.empty(Q.shape[:-1] + (V.shape[-1],), dtype)  # (..., n_q, d_v)
         if auto:
             threads = _auto_threads(threads, math.prod(score_shape))
         _flash_core(Q, K, V, out, mask, bool(causal), block_q, block_k, threads, running_max,
-                    check_finite=True)
-    if not np.isfinite(out).all():     # finite inputs (checked by the core): the unnormalised sums overflowed,
+                    check_finite=True, known_finite=safe)
+    if not _all_finite(out):           # finite inputs (checked by the core): the unnormalised sums overflowed,
         return _by_the_reference(Q, K, V, mask, causal, out_dtype)   # e.g. V near float32's max
     return out.astype(out_dtype, copy=False)
+
+
+def _all_finite(a) -> bool:
+    """``np.isfinite(a).all()``, by one dot product when ``a`` is contiguous and not huge (NaN and
+    +-inf make ``a . a`` non-finite; if it overflows, the exact test decides)."""
+    if a.flags.c_contiguous:
+        with np.errstate(over="ignore", invalid="ignore"):
+            if math.isfinite(float(np.dot(a.reshape(-1), a.reshape(-1)))):
+                return True
+    return bool(np.isfinite(a).all())
+
+
+def _surely_safe(Q, K, V) -> bool:
+    """Whether Q, K, V are finite and neither the scores nor the sums over V can overflow, from one
+    pass over each (their sums of squares by BLAS), in place of the six min/max reductions of
+    :func:`scores_may_overflow` and :func:`_sums_may_overflow` and K's finiteness pass.
+
+    Every partial sum of ``q . k`` is at most ``|q| |k| <= sqrt(sum Q^2 sum K^2)`` (Cauchy-Schwarz),
+    and ``|sum_j p_j v_j| <= sum_j |v_j| <= sqrt(n_k sum V^2)`` for ``0 <= p_j <= 1``. A NaN or inf
+    makes its sum of squares non-finite. False only says "not sure": then the exact checks decide
+    (also for arrays that are not contiguous, and when a sum of squares itself overflows)."""
+    if not (Q.flags.c_contiguous and K.flags.c_contiguous and V.flags.c_contiguous) or K.size == 0:
+        return False
+    with np.errstate(over="ignore", invalid="ignore"):       # an overflow only answers "not sure"
+        squares = [float(np.dot(a.reshape(-1), a.reshape(-1))) for a in (Q, K, V)]   # flat views
+    if not all(math.isfinite(x) for x in squares):
+        return False
+    sQ, sK, sV = squares
+    limit = float(np.finfo(Q.dtype).max) / 2
+    return math.sqrt(sQ) * math.sqrt(sK) < limit and math.sqrt(K.shape[-2] * sV) < limit
 
 
 def _sums_may_overflow(V) -> bool:
