@@ -231,22 +231,30 @@ class _Worker:
         np.reciprocal(l, out=l)                                        # one division per query,
         np.multiply(acc, l[:, :, None], out=t.out[o][h0:h1, i0:i1])    # not one per output
 
-    def _scores(self, o, h0, h1, i0, i1, j0, j1, K, qT):
-        """One transposed tile of scores, log2 units, masked entries -inf: ``(G, j1 - j0, r)``."""
+    def _scores(self, o, h0, h1, i0, i1, j0, j1, K, qT, blocked=-np.inf):
+        """One transposed tile of scores, log2 units: ``(G, j1 - j0, r)``. Entries that the causal
+        order or a boolean mask block are set to ``blocked``, or, if it is None, left as they are
+        for the caller to block later (see :meth:`_block`); an additive mask is added."""
         t = self.t
         G, r = h1 - h0, i1 - i0
         S = self.S[:G * (j1 - j0) * r].reshape(G, j1 - j0, r)         # (G, c, r), contiguous
         np.matmul(K[:, j0:j1], qT, out=S)                              # K (c Q)^T
+        if blocked is not None:
+            self._block(S, o, h0, h1, i0, i1, j0, j1, blocked)
+        if t.mask is not None and t.mask.dtype != bool:
+            mb = np.swapaxes(t.mask_block(o, h0, h1, i0, i1, j0, j1), -1, -2)  # (G|1, c|1, r|1)
+            S += (mb * _LOG2E).astype(t.dtype, copy=False)
+        return S
+
+    def _block(self, S, o, h0, h1, i0, i1, j0, j1, value):
+        """Set the tile's entries that the causal order or a boolean mask block to ``value``."""
+        t = self.t
         if t.causal and j1 - 1 > i0:                                   # tile crosses the diagonal
             after = np.arange(j0, j1)[:, None] > np.arange(i0, i1)[None, :]   # (c, r): key after query
-            np.copyto(S, -np.inf, where=after)
-        if t.mask is not None:
+            np.copyto(S, value, where=after)
+        if t.mask is not None and t.mask.dtype == bool:
             mb = np.swapaxes(t.mask_block(o, h0, h1, i0, i1, j0, j1), -1, -2)  # (G|1, c|1, r|1)
-            if mb.dtype == bool:
-                np.copyto(S, -np.inf, where=~mb)
-            else:
-                S += (mb * _LOG2E).astype(t.dtype, copy=False)
-        return S
+            np.copyto(S, value, where=~mb)
 
     def _direct(self, o, h0, h1, i0, i1, k_end, K, V, qT, acc, l):
         """p = 2^s with no running maximum and no rescaling, then a check that it was safe.
@@ -266,8 +274,11 @@ class _Worker:
         with np.errstate(over="ignore", invalid="ignore"):          # checked below instead
             for j0 in range(0, k_end, t.bk):
                 j1 = min(j0 + t.bk, k_end)
-                S = self._scores(o, h0, h1, i0, i1, j0, j1, K, qT)    # (G, c, r)
+                S = self._scores(o, h0, h1, i0, i1, j0, j1, K, qT, blocked=None)   # (G, c, r)
                 np.exp2(S, out=S)                                      # p = 2^s, in place
+                # p = 0 where blocked, set after exp2: NumPy's float32 exp2 takes a slow path for
+                # -inf (and other underflowing) arguments, 5x slower on tiles half of -inf
+                self._block(S, o, h0, h1, i0, i1, j0, j1, 0.0)
                 P = S.transpose(0, 2, 1)                               # (G, r, c) view
                 first = j0 == 0
                 np.matmul(self.ones[:j1 - j0], S, out=l if first else lt)   # (G, r) sums over keys
