@@ -10,7 +10,8 @@ disturb each other), ``--rounds`` times in alternating order; each process warms
 ``--steps`` steps one by one; the table shows the median over the processes of their median step.
 Each side runs twice: with its default threads, and with one thread (OPENBLAS_NUM_THREADS=1 /
 OMP_NUM_THREADS=1), because 32 x 32 products gain little from threads and suffer most when the cores
-are shared (FastTrainer runs its step on one thread, OpenBLAS held at one, in either case).
+are shared (FastTrainer holds OpenBLAS at one thread during its step in either case; with default
+threads it shares the batch's sequences between two Python threads).
 Beside the times: the step's rate, its matrix products' floating-point operations (``step_flops``:
 forward and backward, the causal half of the scores included, as computed) per second, against the
 machine's float32 GEMM peak (NumPy's OpenBLAS on 1024 x 1024 x 1024, own process, same threads).

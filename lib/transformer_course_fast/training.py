@@ -34,17 +34,18 @@ innermost axis. :class:`FastTrainer` computes exactly the same step with:
   heads' outputs and their gradients): with T = 1024 float32 tokens a head's rows would lie exactly
   4 KiB apart and share cache sets. Element-wise passes over them run over whole padded rows, which
   keeps them contiguous (the padding stays finite). Measured: the six batched products of a layer
-  2-25 % faster, the step 1.61 -> 1.55 ms.
-* **One thread, OpenBLAS held at one thread** during the step (by default). A step is ~120 NumPy calls
-  of 2-60 us on arrays of 32k-100k numbers. Measured on the 2-core benchmark machine (one process,
-  A/B interleaved, load 1.4-2.5): splitting the batch between two Python threads took 1.73 ms against
-  1.61 on one (each of the ~120 calls per thread waits for the other's GIL, and a waiting thread takes
-  tens of microseconds to wake on this VM); handing the weight gradients to a helper thread while the
-  backward pass goes on saved nothing (1.70 against 1.68: the helper ran them concurrently, ~30 us
-  after each hand-off, but the main thread slowed by as much); letting OpenBLAS use its two threads
-  for the large products only (the projections and weight gradients, switched per product) took
-  10 ms: OpenBLAS's second thread spins between products and is not scheduled when the other core is
-  busy. ``threads=k`` still shares the batch among k threads, for larger batches and quieter machines.
+  2-25 % faster, the step on one thread 1.61 -> 1.55 ms (on two, whose halves have 2 KiB rows,
+  1.395 -> 1.376 ms).
+* **The batch's sequences shared among Python threads** (default: as many as OpenBLAS has), OpenBLAS
+  held at one thread during the step. A step is ~120 NumPy calls of 2-60 us on arrays of 32k-100k
+  numbers, and every call returns to the GIL. Measured on the 2-core benchmark machine (one process,
+  A/B interleaved): with the other core free (nothing else running, load falling to 1.7) two threads
+  took 1.33 ms against 1.50 on one; with two other jobs on the machine (load 1.4-2.5), 1.73 against
+  1.61 -- each thread then waits for the other's GIL while that thread is not scheduled. Two other
+  ways to use the second core measured worse under that load and were dropped: a helper thread for
+  the weight gradients while the backward pass goes on (1.70 against 1.68), and OpenBLAS's two
+  threads for the large products only (10 ms: its second thread spins between products and is not
+  scheduled while the other core is busy). ``threads=1`` for a busy machine.
 
 Every number is checked against the readable model and AdamW (tests/test_fast_training.py).
 """
@@ -59,7 +60,7 @@ from scipy.special import erf
 from transformer_course._checks import describe
 from transformer_course.training import LN_EPS, AdamW, TinyDecoder
 
-from ._threads import _executor, _openblas_api, _single_threaded_blas
+from ._threads import _effective_threads, _executor, _openblas_api, _single_threaded_blas
 
 __all__ = ["FastTrainer"]
 
@@ -214,11 +215,11 @@ class FastTrainer:
             ``params[name]`` are replaced by views of one flat buffer holding the same values
             (the model keeps working, and sees every update); do not rebind them afterwards.
         lr, betas, eps, weight_decay: AdamW's, checked like :class:`transformer_course.training.AdamW`.
-        threads: how many Python threads share a step (default: one; see the module's notes for
-            what two measured on notebook 10's step). With ``threads=k`` the batch is split along its
-            sequences; each thread runs forward and backward on its part into its own gradient
-            buffer, the buffers are added, and one AdamW update follows -- the same step up to the
-            order of the gradient sums. OpenBLAS is held at one thread during the step either way.
+        threads: how many Python threads share a step (default: OpenBLAS's thread count, 1 if it
+            cannot be held at one thread; see the module's notes for what two measured). The batch
+            is split along its sequences; each thread runs forward and backward on its part into its
+            own gradient buffer, the buffers are added, and one AdamW update follows -- the same step
+            up to the order of the gradient sums. OpenBLAS is held at one thread during the step.
 
     Attributes:
         grads: dict name -> gradient of the last :meth:`step` / :meth:`loss_and_grads` (views, rewritten).
@@ -322,10 +323,10 @@ class FastTrainer:
         return parts
 
     def _python_threads(self) -> int:
-        """Threads that share the batch's sequences: ``threads`` if given, else one (see the class)."""
+        """Threads that share the batch's sequences: ``threads`` if given, else OpenBLAS's count."""
         if not self._pin_blas:               # OpenBLAS's count cannot be set: one thread, BLAS as it is
             return 1
-        return 1 if self.threads is None else self.threads
+        return _effective_threads(self.threads)
 
     def _loss_and_grads(self, parts) -> float:
         """Forward and backward of every part (part k into gradient set k, on its own thread),
