@@ -91,6 +91,37 @@ def test_huge_values_fall_back_to_the_running_max(rng):
     np.testing.assert_allclose(out / 1e30, naive(*(a.astype(np.float64) for a in (Q, K, V))) / 1e30, **F32)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_guards_by_sums_of_squares_answer_safe_only_when_it_is(rng, dtype):
+    """The usual path's guards (three dot products): "surely safe" for ordinary inputs; "not sure"
+    for NaN or inf anywhere, for scores or sums over V that may overflow, and for strided inputs;
+    then the exact checks decide. "Safe" means the true scores and output are finite."""
+    from transformer_course_fast.attention import _all_finite, _surely_safe
+    Q, K, V = qkv(rng, (2, 3), 16, 20, 8, 4, dtype=dtype)
+    assert _surely_safe(Q, K, V) and _all_finite(Q)
+    for name, value in (("Q", np.nan), ("K", np.inf), ("V", -np.inf)):
+        arrays = {"Q": Q.copy(), "K": K.copy(), "V": V.copy()}
+        arrays[name][1, 2, 3, 1] = value
+        assert not _surely_safe(arrays["Q"], arrays["K"], arrays["V"]), (name, value)
+    big = np.sqrt(0.75 * np.finfo(dtype).max)                       # q . k = big^2: within 2x of overflow,
+    Q_big, K_big = Q.copy(), K.copy()                               # while each sum of squares is finite
+    Q_big[1, 2, 3, 0], K_big[1, 2, 5, 0] = big, big
+    assert not _surely_safe(Q_big, K_big, V)
+    K_small = K.copy()
+    K_small[1, 2, 5] = 1 / big                                      # the same big row against small keys: safe
+    assert _surely_safe(Q_big, K_small, V)
+    V_big = V.copy()
+    V_big[0, 0, :, 0] = np.finfo(dtype).max / 8                     # 20 keys: their sum may overflow
+    assert not _surely_safe(Q, K, V_big)
+    assert not _surely_safe(Q[..., ::2, :], K, V)                   # strided: not decided here
+    for bad in (np.nan, np.inf):
+        out = V.copy()
+        out[1, 1, 1, 1] = bad
+        assert not _all_finite(out)
+    huge = np.full((4, 4), np.finfo(dtype).max / 2, dtype)          # finite, but its sum of squares overflows
+    assert _all_finite(huge)                                        # the exact test decided
+
+
 def test_large_scores_do_not_overflow(rng):
     Q, K, V = qkv(rng, (2,), 40, 90, 8, 4, scale=30.0)              # scores up to ~1e3
     np.testing.assert_allclose(flash_attention(Q, K, V, block_q=8, block_k=16), naive(Q, K, V), **F64)

@@ -231,22 +231,30 @@ class _Worker:
         np.reciprocal(l, out=l)                                        # one division per query,
         np.multiply(acc, l[:, :, None], out=t.out[o][h0:h1, i0:i1])    # not one per output
 
-    def _scores(self, o, h0, h1, i0, i1, j0, j1, K, qT):
-        """One transposed tile of scores, log2 units, masked entries -inf: ``(G, j1 - j0, r)``."""
+    def _scores(self, o, h0, h1, i0, i1, j0, j1, K, qT, blocked=-np.inf):
+        """One transposed tile of scores, log2 units: ``(G, j1 - j0, r)``. Entries that the causal
+        order or a boolean mask block are set to ``blocked``, or, if it is None, left as they are
+        for the caller to block later (see :meth:`_block`); an additive mask is added."""
         t = self.t
         G, r = h1 - h0, i1 - i0
         S = self.S[:G * (j1 - j0) * r].reshape(G, j1 - j0, r)         # (G, c, r), contiguous
         np.matmul(K[:, j0:j1], qT, out=S)                              # K (c Q)^T
+        if blocked is not None:
+            self._block(S, o, h0, h1, i0, i1, j0, j1, blocked)
+        if t.mask is not None and t.mask.dtype != bool:
+            mb = np.swapaxes(t.mask_block(o, h0, h1, i0, i1, j0, j1), -1, -2)  # (G|1, c|1, r|1)
+            S += (mb * _LOG2E).astype(t.dtype, copy=False)
+        return S
+
+    def _block(self, S, o, h0, h1, i0, i1, j0, j1, value):
+        """Set the tile's entries that the causal order or a boolean mask block to ``value``."""
+        t = self.t
         if t.causal and j1 - 1 > i0:                                   # tile crosses the diagonal
             after = np.arange(j0, j1)[:, None] > np.arange(i0, i1)[None, :]   # (c, r): key after query
-            np.copyto(S, -np.inf, where=after)
-        if t.mask is not None:
+            np.copyto(S, value, where=after)
+        if t.mask is not None and t.mask.dtype == bool:
             mb = np.swapaxes(t.mask_block(o, h0, h1, i0, i1, j0, j1), -1, -2)  # (G|1, c|1, r|1)
-            if mb.dtype == bool:
-                np.copyto(S, -np.inf, where=~mb)
-            else:
-                S += (mb * _LOG2E).astype(t.dtype, copy=False)
-        return S
+            np.copyto(S, value, where=~mb)
 
     def _direct(self, o, h0, h1, i0, i1, k_end, K, V, qT, acc, l):
         """p = 2^s with no running maximum and no rescaling, then a check that it was safe.
@@ -266,8 +274,11 @@ class _Worker:
         with np.errstate(over="ignore", invalid="ignore"):          # checked below instead
             for j0 in range(0, k_end, t.bk):
                 j1 = min(j0 + t.bk, k_end)
-                S = self._scores(o, h0, h1, i0, i1, j0, j1, K, qT)    # (G, c, r)
+                S = self._scores(o, h0, h1, i0, i1, j0, j1, K, qT, blocked=None)   # (G, c, r)
                 np.exp2(S, out=S)                                      # p = 2^s, in place
+                # p = 0 where blocked, set after exp2: NumPy's float32 exp2 takes a slow path for
+                # -inf (and other underflowing) arguments, 5x slower on tiles half of -inf
+                self._block(S, o, h0, h1, i0, i1, j0, j1, 0.0)
                 P = S.transpose(0, 2, 1)                               # (G, r, c) view
                 first = j0 == 0
                 np.matmul(self.ones[:j1 - j0], S, out=l if first else lt)   # (G, r) sums over keys
@@ -322,7 +333,7 @@ def _plan(n_heads_inner, n_outer, n_q, n_k, bq, bk, n_threads):
 
 
 def _flash_core(Q, K, V, out, mask, causal, block_q, block_k, threads, running_max="auto",
-                check_finite=False):
+                check_finite=False, known_finite=False):
     """Run the tiles. Q, K, V, out: validated ``(..., n, d)`` arrays of one float dtype
     (float32 or float64); ``out`` may be a strided view. mask: None or ``(..., n_q, n_k)``
     with as many axes as the scores (size-1 axes broadcast). ``threads``: an int; the
@@ -330,7 +341,7 @@ def _flash_core(Q, K, V, out, mask, causal, block_q, block_k, threads, running_m
     ``check_finite``: refuse NaN/inf in Q, K, V. K is checked here (a NaN at a masked
     key, or a -inf that only ever meets queries of one sign, would vanish from the
     scores); Q and V too unless the direct path runs, whose own check covers them
-    (see :class:`_Tiles`)."""
+    (see :class:`_Tiles`). ``known_finite``: the caller has seen that all three are finite."""
     lead = Q.shape[:-2]
     if len(lead) == 0:                                    # (n, d) -> (1, n, d)
         Q, K, V, out = Q[None], K[None], V[None], out[None]
@@ -341,6 +352,7 @@ def _flash_core(Q, K, V, out, mask, causal, block_q, block_k, threads, running_m
     n_q = Q.shape[-2]
     # Additive masks may add large positive numbers: they always get the running max.
     direct = running_max == "auto" and (mask is None or mask.dtype == bool)
+    check_finite = check_finite and not known_finite
     if check_finite:
         _check_finite_fast(K, "K")
         if not direct:
@@ -430,16 +442,47 @@ def flash_attention(Q, K, V, mask=None, *, causal=False, block_q=DEFAULT_BLOCK_Q
         out_dtype = np.result_type(Q, K, V)
         dtype = np.promote_types(out_dtype, np.float32)       # float16 -> float32
         Q, K, V = (a.astype(dtype, copy=False) for a in (Q, K, V))
-        if scores_may_overflow(Q, K) or _sums_may_overflow(V):   # rare: the reference's rules decide
+        safe = _surely_safe(Q, K, V)                           # three dot products, usually enough
+        if not safe and (scores_may_overflow(Q, K) or _sums_may_overflow(V)):   # rare: the reference decides
             return _by_the_reference(Q, K, V, mask, causal, out_dtype)
         out = np.empty(Q.shape[:-1] + (V.shape[-1],), dtype)  # (..., n_q, d_v)
         if auto:
             threads = _auto_threads(threads, math.prod(score_shape))
         _flash_core(Q, K, V, out, mask, bool(causal), block_q, block_k, threads, running_max,
-                    check_finite=True)
-    if not np.isfinite(out).all():     # finite inputs (checked by the core): the unnormalised sums overflowed,
+                    check_finite=True, known_finite=safe)
+    if not _all_finite(out):           # finite inputs (checked by the core): the unnormalised sums overflowed,
         return _by_the_reference(Q, K, V, mask, causal, out_dtype)   # e.g. V near float32's max
     return out.astype(out_dtype, copy=False)
+
+
+def _all_finite(a) -> bool:
+    """``np.isfinite(a).all()``, by one dot product when ``a`` is contiguous and not huge (NaN and
+    +-inf make ``a . a`` non-finite; if it overflows, the exact test decides)."""
+    if a.flags.c_contiguous:
+        with np.errstate(over="ignore", invalid="ignore"):
+            if math.isfinite(float(np.dot(a.reshape(-1), a.reshape(-1)))):
+                return True
+    return bool(np.isfinite(a).all())
+
+
+def _surely_safe(Q, K, V) -> bool:
+    """Whether Q, K, V are finite and neither the scores nor the sums over V can overflow, from one
+    pass over each (their sums of squares by BLAS), in place of the six min/max reductions of
+    :func:`scores_may_overflow` and :func:`_sums_may_overflow` and K's finiteness pass.
+
+    Every partial sum of ``q . k`` is at most ``|q| |k| <= sqrt(sum Q^2 sum K^2)`` (Cauchy-Schwarz),
+    and ``|sum_j p_j v_j| <= sum_j |v_j| <= sqrt(n_k sum V^2)`` for ``0 <= p_j <= 1``. A NaN or inf
+    makes its sum of squares non-finite. False only says "not sure": then the exact checks decide
+    (also for arrays that are not contiguous, and when a sum of squares itself overflows)."""
+    if not (Q.flags.c_contiguous and K.flags.c_contiguous and V.flags.c_contiguous) or K.size == 0:
+        return False
+    with np.errstate(over="ignore", invalid="ignore"):       # an overflow only answers "not sure"
+        squares = [float(np.dot(a.reshape(-1), a.reshape(-1))) for a in (Q, K, V)]   # flat views
+    if not all(math.isfinite(x) for x in squares):
+        return False
+    sQ, sK, sV = squares
+    limit = float(np.finfo(Q.dtype).max) / 2
+    return math.sqrt(sQ) * math.sqrt(sK) < limit and math.sqrt(K.shape[-2] * sV) < limit
 
 
 def _sums_may_overflow(V) -> bool:

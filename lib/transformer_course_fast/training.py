@@ -30,9 +30,22 @@ innermost axis. :class:`FastTrainer` computes exactly the same step with:
   once per batch), summed in float64: in this step's layout it measured 56 us, against 74 us for
   the product with the batch's one-hot matrix (plus 12 us to build it) and 450 us for ``np.add.at``
   (one thread, 2-core machine under load).
-* **OpenBLAS held at one thread** during the step: these products are too small to share,
-  and OpenBLAS's threads spin between calls (on this 2-core machine under load, the readable step
-  with OpenBLAS's default threads took 3x its one-thread time).
+* **Padded rows** for the arrays the per-head products read and write (q, k, v, the weights, the
+  heads' outputs and their gradients): with T = 1024 float32 tokens a head's rows would lie exactly
+  4 KiB apart and share cache sets. Element-wise passes over them run over whole padded rows, which
+  keeps them contiguous (the padding stays finite). Measured: the six batched products of a layer
+  2-25 % faster, the step on one thread 1.61 -> 1.55 ms (on two, whose halves have 2 KiB rows,
+  1.395 -> 1.376 ms).
+* **The batch's sequences shared among Python threads** (default: as many as OpenBLAS has), OpenBLAS
+  held at one thread during the step. A step is ~120 NumPy calls of 2-60 us on arrays of 32k-100k
+  numbers, and every call returns to the GIL. Measured on the 2-core benchmark machine (one process,
+  A/B interleaved): with the other core free (nothing else running, load falling to 1.7) two threads
+  took 1.33 ms against 1.50 on one; with two other jobs on the machine (load 1.4-2.5), 1.73 against
+  1.61 -- each thread then waits for the other's GIL while that thread is not scheduled. Two other
+  ways to use the second core measured worse under that load and were dropped: a helper thread for
+  the weight gradients while the backward pass goes on (1.70 against 1.68), and OpenBLAS's two
+  threads for the large products only (10 ms: its second thread spins between products and is not
+  scheduled while the other core is busy). ``threads=1`` for a busy machine.
 
 Every number is checked against the readable model and AdamW (tests/test_fast_training.py).
 """
@@ -121,9 +134,14 @@ class _Workspace:
         self.xhat1 = [np.empty((d, T), **f) for _ in range(L)]         # layer norm: normalised input
         self.r1 = [np.empty(T, **f) for _ in range(L)]                 # and 1 / sqrt(var + eps)
         self.a = [np.empty((d, T), **f) for _ in range(L)]             # LN_1 output
-        self.qkv = [np.empty((3 * d, T), **f) for _ in range(L)]       # (3, h, d_head, B, n): q (scaled), k, v
-        self.P = [np.empty((h, n, B, n), **f) for _ in range(L)]       # attention weights, keys-major
-        self.merged = [np.empty((d, T), **f) for _ in range(L)]        # heads' outputs (h, d_head, B, n)
+        # the arrays of the per-head products: (rows, Tp) with padded rows, used as their (rows, T) views
+        # (see _padded_width); element-wise passes run over whole rows, padding included (it stays finite)
+        Tp = _padded_width(T, dtype)
+        self.qkv_p = [np.zeros((3 * d, Tp), **f) for _ in range(L)]
+        self.qkv = [a[:, :T] for a in self.qkv_p]                      # (3, h, d_head, B, n): q (scaled), k, v
+        self.P_p = [np.zeros((h * n, Tp), **f) for _ in range(L)]      # attention weights P^T, keys-major
+        self.P = [a[:, :T] for a in self.P_p]                          # (h n_k, B n_q)
+        self.merged = [np.zeros((d, Tp), **f)[:, :T] for _ in range(L)]   # heads' outputs (h, d_head, B, n)
         if model.d_ff:
             F = model.d_ff
             self.x1 = [np.empty((d, T), **f) for _ in range(L)]        # after attention, before the FFN
@@ -139,9 +157,19 @@ class _Workspace:
         # scratch
         self.td = [np.empty((d, T), **f) for _ in range(4)]
         self.tT = [np.empty(T, **f) for _ in range(4)]
-        self.dqkv = np.empty((3 * d, T), **f)
-        self.dP = np.empty((h, n, B, n), **f)
-        self.D = np.empty((h, T), **f)
+        self.dqkv_p = np.zeros((3 * d, Tp), **f)
+        self.dqkv = self.dqkv_p[:, :T]
+        self.dP_p = np.zeros((h * n, Tp), **f)
+        self.dP = self.dP_p[:, :T]
+        self.dmerged = np.zeros((d, Tp), **f)[:, :T]                   # dO^T (h, d_head, B, n)
+        # views for the per-head products, made once (each a view: checked by _split)
+        self.heads = [_heads(qkv, h, d // h, B, n) for qkv in self.qkv]        # q, k, v: (h, B, d_head, n)
+        self.dheads = _heads(self.dqkv, h, d // h, B, n)                       # dq, dk, dv
+        self.Pb = [_split(P, (h, n, B, n)).transpose(0, 2, 1, 3) for P in self.P + [self.dP]]  # (h, B, n_k, n_q)
+        self.Pr = [a.reshape(h, n, Tp) for a in self.P_p + [self.dP_p]]        # (h, n_k, B n_q + pad)
+        self.Ob = [_split(m, (h, d // h, B, n)).transpose(0, 2, 1, 3)           # (h, B, d_head, n_q)
+                   for m in self.merged + [self.dmerged]]
+        self.D = np.zeros((h, Tp), **f)                                # (h, B n_q + pad)
         self.gather = np.empty((T, d), **f)
         self.w_qkv_t = np.empty((3 * d, d), **f)                       # dW_qkv^T, then transposed into place
         self.w_u_t = np.empty((V, d), **f)                             # dU^T
@@ -154,7 +182,8 @@ class _Workspace:
         self.ones_V = np.ones(V, **f)
         # additive causal mask in the keys-major layout (key j, batch, query i): 0 if j <= i else -inf
         allowed = np.arange(n)[:, None, None] <= np.arange(n)[None, None, :]          # (n, 1, n)
-        self.mask = np.broadcast_to(np.where(allowed, 0.0, -np.inf).astype(dtype), (n, B, n)).copy()
+        self.mask = np.zeros((n, Tp), **f)                             # (n_k, B n_q + pad)
+        self.mask[:, :T] = np.broadcast_to(np.where(allowed, 0.0, -np.inf), (n, B, n)).reshape(n, T)
         # the position table in the layout of x^T: positions[t % n] for every token t
         self.positions = np.ascontiguousarray(np.tile(model.positions[:n].T, (1, B)))   # (d, T)
         self.tokens = np.zeros(T, dtype=np.intp)                       # flat token ids of the batch
@@ -187,9 +216,10 @@ class FastTrainer:
             (the model keeps working, and sees every update); do not rebind them afterwards.
         lr, betas, eps, weight_decay: AdamW's, checked like :class:`transformer_course.training.AdamW`.
         threads: how many Python threads share a step (default: OpenBLAS's thread count, 1 if it
-            cannot be held at one thread). The batch is split along its sequences; each thread runs
-            forward and backward on its part into its own gradient buffer, the buffers are added,
-            and one AdamW update follows -- the same step up to the order of the gradient sums.
+            cannot be held at one thread; see the module's notes for what two measured). The batch
+            is split along its sequences; each thread runs forward and backward on its part into its
+            own gradient buffer, the buffers are added, and one AdamW update follows -- the same step
+            up to the order of the gradient sums. OpenBLAS is held at one thread during the step.
 
     Attributes:
         grads: dict name -> gradient of the last :meth:`step` / :meth:`loss_and_grads` (views, rewritten).
@@ -272,8 +302,8 @@ class FastTrainer:
         B, n = tokens.shape
         if n > model.n_positions:
             raise ValueError(f"sequences of {n} tokens exceed n_positions={model.n_positions}")
-        threads = _effective_threads(self.threads) if self._pin_blas else 1
-        bounds = np.linspace(0, B, min(threads, B) + 1).astype(int)              # sequences per part
+        threads = self._python_threads()
+        bounds = [0, B] if threads == 1 else np.linspace(0, B, min(threads, B) + 1).astype(int)   # sequences per part
         while len(self._grad_sets) < len(bounds) - 1:                            # a gradient buffer per part
             flat = np.zeros_like(self._flat_grad)
             views, blocks = _views(flat, self._entries)
@@ -291,6 +321,12 @@ class FastTrainer:
             ws.target_index += ws.rows
             parts.append(ws)
         return parts
+
+    def _python_threads(self) -> int:
+        """Threads that share the batch's sequences: ``threads`` if given, else OpenBLAS's count."""
+        if not self._pin_blas:               # OpenBLAS's count cannot be set: one thread, BLAS as it is
+            return 1
+        return _effective_threads(self.threads)
 
     def _loss_and_grads(self, parts) -> float:
         """Forward and backward of every part (part k into gradient set k, on its own thread),
@@ -344,29 +380,25 @@ class FastTrainer:
         model = self.model
         d, h = model.d_model, model.n_heads
         dh = d // h
-        _, n, B, _ = ws.P[i].shape          # (h, n_k, B, n_q)
         x = ws.x[i]
         a = _ln_forward(ws, x, lay.g1, lay.b1, ws.xhat1[i], ws.r1[i], ws.a[i])
         qkv = ws.qkv[i]
         np.matmul(lay.W_qkv.T, a, out=qkv)                       # (3d, T) = (W_Q | W_K | W_V)^T a^T
-        qkv[:d] *= 1.0 / math.sqrt(dh)                           # q / sqrt(d_head)
-        q, k, v = _heads(qkv, h, dh, B, n)                       # each (h, B, d_head, n), strided
-        P = ws.P[i]                                              # (h, n_k, B, n_q)
-        Pb = P.transpose(0, 2, 1, 3)                             # (h, B, n_k, n_q) view
+        ws.qkv_p[i][:d] *= 1.0 / math.sqrt(dh)                   # q / sqrt(d_head)
+        q, k, v = ws.heads[i]                                    # each (h, B, d_head, n), strided
+        Pb, Pr = ws.Pb[i], ws.Pr[i]                              # (h, B, n_k, n_q), (h, n_k, T + pad) of P^T
         np.matmul(k.transpose(0, 1, 3, 2), q, out=Pb)            # scores^T = k q^T
-        P += ws.mask                                             # -inf above the diagonal
-        Pr = P.reshape(h, n, B * n)                              # (h, n_k, T)
-        top = ws.D                                               # (h, T) scratch
+        Pr += ws.mask                                            # -inf above the diagonal
+        top = ws.D                                               # (h, T + pad) scratch
         np.maximum.reduce(Pr, axis=1, out=top)
         np.subtract(Pr, top[:, None, :], out=Pr)
         np.exp(Pr, out=Pr)
         np.add.reduce(Pr, axis=1, out=top)                       # sum over the keys
         np.divide(1.0, top, out=top)
         np.multiply(Pr, top[:, None, :], out=Pr)                 # softmax over the keys
-        merged = ws.merged[i]                                    # (h, d_head, B, n)
-        np.matmul(v, Pb, out=merged.reshape(h, dh, B, n).transpose(0, 2, 1, 3))   # O^T = v^T P^T
+        np.matmul(v, Pb, out=ws.Ob[i])                           # O^T = v^T P^T, into merged (h, d_head, B, n)
         out = ws.x1[i] if lay.ffn else ws.x[i + 1]
-        np.matmul(lay.W_O.T, merged, out=out)
+        np.matmul(lay.W_O.T, ws.merged[i], out=out)
         out += x
 
     def _ffn_forward(self, ws, lay: _Layer, i: int) -> None:
@@ -389,10 +421,10 @@ class FastTrainer:
 
     def _backward(self, ws: _Workspace, gs) -> None:
         dz = ws.logits                                           # dL/dlogits^T (V, T)
-        _weight_grad(ws.xf, dz, gs.dU, ws.w_u_t)              # dU = xf^T dlogits
+        _weight_grad(ws.xf, dz, gs.dU, ws.w_u_t)                 # dU = xf^T dlogits
         dxf = ws.td[0]
         np.matmul(self._U, dz, out=dxf)
-        dx = ws.td[1]
+        dx = ws.td[1]                                            # dL/d(last block's output)
         _ln_backward(ws, dxf, ws.xhatf, ws.rf, self._gf, dx, gs.dgf, gs.dbf, ws.td[2])
         for i in reversed(range(len(gs.layers))):
             lay = gs.layers[i]
@@ -431,31 +463,27 @@ class FastTrainer:
         model = self.model
         d, h = model.d_model, model.n_heads
         dh = d // h
-        _, n, B, _ = ws.P[i].shape          # (h, n_k, B, n_q)
-        merged, P = ws.merged[i], ws.P[i]
+        merged = ws.merged[i]
         np.matmul(merged, dx.T, out=lay.dW_O)                    # dW_O = merged^T dx1
-        dmerged = ws.td[2]
+        dmerged = ws.dmerged
         np.matmul(lay.W_O, dx, out=dmerged)                      # dO^T (h, d_head, B, n)
-        q, k, v = _heads(ws.qkv[i], h, dh, B, n)
-        dq, dk, dv = _heads(ws.dqkv, h, dh, B, n)
-        dO = dmerged.reshape(h, dh, B, n).transpose(0, 2, 1, 3)  # (h, B, d_head, n_q)
-        Pb = P.transpose(0, 2, 1, 3)                             # (h, B, n_k, n_q)
+        q, k, v = ws.heads[i]
+        dq, dk, dv = ws.dheads
+        dO = ws.Ob[-1]                                           # (h, B, d_head, n_q) view of dmerged
+        Pb, dPb, dPr = ws.Pb[i], ws.Pb[-1], ws.Pr[-1]            # (h, B, n_k, n_q), same, (h, n_k, T + pad)
         np.matmul(dO, Pb.transpose(0, 1, 3, 2), out=dv)          # dV^T = dO^T P
-        dP = ws.dP
-        dPb = dP.transpose(0, 2, 1, 3)
         np.matmul(v.transpose(0, 1, 3, 2), dO, out=dPb)          # dP^T = v dO^T
         # D = rowsum(dP * P) = rowsum(dO * O), summed over d_head
         prod = ws.td[3]
         np.multiply(dmerged, merged, out=prod)
-        D = ws.D
-        np.add.reduce(prod.reshape(h, dh, -1), axis=1, out=D)
-        dPr = dP.reshape(h, n, -1)
+        D = ws.D                                                 # (h, T + pad): its padding keeps the forward's
+        np.add.reduce(prod.reshape(h, dh, -1), axis=1, out=D[:, :prod.shape[1]])
         np.subtract(dPr, D[:, None, :], out=dPr)
-        np.multiply(dPr, P.reshape(h, n, -1), out=dPr)           # dS^T = P^T * (dP^T - D)
+        np.multiply(dPr, ws.Pr[i], out=dPr)                      # dS^T = P^T * (dP^T - D)
         np.matmul(k, dPb, out=dq)                                # dq'^T = k^T dS^T
         np.matmul(q, dPb.transpose(0, 1, 3, 2), out=dk)          # dK^T = q'^T dS  (q' holds the scale)
-        ws.dqkv[:d] *= 1.0 / math.sqrt(dh)                       # dQ = dq' / sqrt(d_head)
-        _weight_grad(ws.a[i], ws.dqkv, lay.dW_qkv, ws.w_qkv_t)   # (d, 3d) = a^T dqkv
+        ws.dqkv_p[:d] *= 1.0 / math.sqrt(dh)                     # dQ = dq' / sqrt(d_head)
+        _weight_grad(ws.a[i], ws.dqkv, lay.dW_qkv, ws.w_qkv_t)      # (d, 3d) = a^T dqkv
         da = ws.td[0]
         np.matmul(lay.W_qkv, ws.dqkv, out=da)
         dx_ln = ws.td[3]
@@ -509,8 +537,28 @@ def _weight_grad(x, dy, out, scratch):
 
 def _heads(qkv, h: int, dh: int, B: int, n: int):
     """q, k, v of a ``(3d, T)`` feature-major projection as ``(h, B, d_head, n)`` strided views."""
-    five = qkv.reshape(3, h, dh, B, n)
+    five = _split(qkv, (3, h, dh, B, n))
     return tuple(five[j].transpose(0, 2, 1, 3) for j in range(3))
+
+
+def _split(a, shape):
+    """``a`` reshaped to ``shape`` as a view (raises rather than copy: products write through these)."""
+    return np.reshape(a, shape, copy=False)
+
+
+# Elements added to each row of the arrays the per-head products read and write. Without them, with
+# T = 1024 float32 tokens, a head's rows lie 4 KiB apart and fall into the same cache sets; measured
+# on the benchmark machine (one thread, batched 32 x 16 x 32 products of notebook 10's step): the
+# scores 39 -> 29 us, P V 32 -> 27 us per layer.
+_ROW_PAD = 16
+
+
+def _padded_width(T: int, dtype) -> int:
+    """``T`` plus a pad, so that rows of that many elements do not lie a multiple of 4 KiB apart."""
+    pad = _ROW_PAD
+    while ((T + pad) * np.dtype(dtype).itemsize) % 4096 == 0:
+        pad += _ROW_PAD
+    return T + pad
 
 
 def _ln_forward(ws, x, gamma, beta, xhat, r, out):
