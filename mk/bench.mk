@@ -34,10 +34,12 @@ bench-llamacpp: test-env ## optional: build llama-cpp-python (requirements/bench
 
 bench-train: env ## one training step of notebook 10's model, NumPy vs PyTorch (bench/train_step_speed.py)
 	$(PY) bench/train_step_speed.py > bench/results/train_step.txt.tmp && mv bench/results/train_step.txt.tmp bench/results/train_step.txt
+	$(PY) bench/readme_block.py train bench/results/train_step.txt
 	cat bench/results/train_step.txt
 
 bench-lora: test-env ## one LoRA step of notebook 11 on SmolLM2-135M, NumPy vs PyTorch eager (bench/lora_step_speed.py)
 	$(PY) bench/lora_step_speed.py > bench/results/lora_step.txt.tmp && mv bench/results/lora_step.txt.tmp bench/results/lora_step.txt
+	$(PY) bench/readme_block.py lora bench/results/lora_step.txt
 	cat bench/results/lora_step.txt
 
 bench-quick: env ## quick smoke run of the benchmark (small shapes)
