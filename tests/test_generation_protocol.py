@@ -184,9 +184,7 @@ def test_step_functions_name_their_bad_arguments():
             step(np.array([1.0, 2.0]))
 
 
-@pytest.mark.parametrize("name", ["decoder", pytest.param("llama64", marks=pytest.mark.xfail(
-    strict=True, raises=AttributeError, reason="Llama.forward reads cache.length before its type check "
-    "(AttributeError: 'list' object has no attribute 'length'); its forward is being reworked elsewhere"))])
+@pytest.mark.parametrize("name", ["decoder", "llama64"])
 def test_forward_refuses_a_cache_that_is_not_layer_caches(name):
     model, prompt, _ = build(name)
     with pytest.raises(TypeError, match="cache must be None or a"):

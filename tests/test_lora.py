@@ -54,7 +54,11 @@ def test_tiny_model_gradient_against_central_differences_and_start_equals_base()
     model = tiny_model(rng)
     lora = lo.LoRAModel(model, [1, 2], ("attn_q", "attn_k", "ffn_down", "ffn_up"), rank=2, alpha=4.0, rng=rng)
     ids = rng.integers(0, 17, (2, 5))
-    assert np.array_equal(lora.logits(ids)[0], model.forward(ids[0])), "B = 0 must give the base model exactly"
+    assert np.array_equal(lora.logits(ids[:1])[0], model.forward(ids[0])), "B = 0 must give the base model exactly"
+    # a batch of 2 runs its products on 10 rows, the model on 5: OpenBLAS may sum them in another order
+    # (its small-matrix kernels on AVX-512 do), so the batch agrees to rounding, not to the bit
+    batched, alone = lora.logits(ids), np.stack([model.forward(row) for row in ids])
+    assert np.max(np.abs(batched - alone)) < 1e-13 * np.max(np.abs(alone)), "a batch must give each sequence's logits"
     for k in lora.adapters:                                          # B != 0, or dA would be 0
         lora.adapters[k][...] = rng.normal(0, 0.5, lora.adapters[k].shape)
     targets = rng.integers(0, 17, (2, 5))
@@ -70,6 +74,35 @@ def test_tiny_model_gradient_against_central_differences_and_start_equals_base()
     assert abs(loss - f()) < 1e-12
     for k, g in grads.items():
         assert rel(g, central_differences(f, lora.adapters[k])) < 1e-7, k
+
+
+def test_lora_runs_on_the_models_pieces():
+    """One composition of a layer (Llama.layer): LoRAModel's forward runs on its model's pieces -- a model with
+    written-out pieces (as notebook 09 has them; their attention gives no weights, so the backward recomputes
+    them) trains with the right gradient, and a wrong piece in the model shows in LoRA's logits."""
+    from test_llama import WRITTEN_OUT
+
+    rng = np.random.default_rng(6)
+    model = tiny_model(rng).with_pieces(WRITTEN_OUT)
+    lora = lo.LoRAModel(model, [1, 2], ("attn_q", "attn_v", "ffn_gate"), rank=2, alpha=4.0, rng=rng)
+    for k in lora.adapters:
+        lora.adapters[k][...] = rng.normal(0, 0.5, lora.adapters[k].shape)
+    ids, targets = rng.integers(0, 17, (2, 5)), rng.integers(0, 17, (2, 5))
+    mask = np.zeros((2, 5), bool)
+    mask[:, 2:] = True
+    loss, grads = lora.loss_and_grads(lora.hidden_below(ids), targets, mask)
+
+    def f():
+        from transformer_course.loss import cross_entropy
+        return cross_entropy(lora.logits(ids)[mask], targets[mask])
+
+    assert abs(loss - f()) < 1e-12
+    for k, g in grads.items():
+        assert rel(g, central_differences(f, lora.adapters[k])) < 1e-7, k
+    no_gain = model.with_pieces({**WRITTEN_OUT, "rms_norm": lambda x, w, eps: WRITTEN_OUT["rms_norm"](x, 1.0, eps)})
+    wrong = lo.LoRAModel(no_gain, [1, 2], ("attn_q", "attn_v", "ffn_gate"), rank=2, alpha=4.0)
+    wrong.adapters = lora.adapters
+    assert rel(wrong.logits(ids), lora.logits(ids)) > 1e-3, "LoRAModel must run on its model's rms_norm"
 
 
 def test_merge_and_save_load(tmp_path):

@@ -28,6 +28,8 @@ in ``activations.py``, ``swiglu`` in ``feedforward.py``, grouped-query attention
 case of ``scaled_dot_product_attention``), each with its backward. They are imported here too, so
 ``transformer_course.llama.rms_norm`` and the others keep working. ``Llama(config, weights, dtype,
 pieces)`` runs on other functions of the same signatures (:class:`LlamaPieces`), e.g. a student's.
+:meth:`Llama.layer` is the one composition of a layer: :meth:`Llama.forward` runs it on one sequence with a
+KV cache, ``lora.LoRAModel`` on a batch with adapters, keeping what its backward pass needs.
 
 Weights are kept as the file stores them -- matrices (out, in), like ``nn.Linear`` -- and used as
 ``x @ W.T``: a transposed view, no copy. Everything stays in the model's dtype (float32 or float64);
@@ -53,6 +55,13 @@ from .feedforward import swiglu, swiglu_backward  # noqa: F401
 from .kv_cache import LayerCaches, PreallocatedKVCache
 from .normalization import rms_norm, rms_norm_backward  # noqa: F401
 from .positional import apply_rope, rope_backward, rope_frequencies, rope_tables, rotate_pairs  # noqa: F401
+
+
+def stack_heads(a) -> np.ndarray:
+    """``(..., h, n, dh)`` -> ``(B*h, n, dh)``: the heads of every sequence of a batch as the heads of one sequence.
+    Grouped-query attention on the stacks is the batch's (:meth:`Llama._attention` says why), so a function written
+    for ``(n_heads, n, dh)`` arrays serves a batch in one call, forward and backward."""
+    return a.reshape((-1,) + a.shape[-2:])
 
 
 # ---------------------------------------------------------------------------
@@ -206,10 +215,10 @@ class Llama:
             raise ValueError(f"ids must be a non-empty 1-D array of integers, got {describe(ids)}")
         if ids.min() < 0 or ids.max() >= cfg.vocab_size:
             raise ValueError(f"ids must lie in 0..{cfg.vocab_size - 1}, got {ids.min()}..{ids.max()}")
-        start = 0 if cache is None else cache.length
-        n = ids.size
         if cache is not None and not isinstance(cache, LayerCaches):
             raise TypeError(f"cache must be None or a KVCache (LayerCaches), got {describe(cache)}")
+        start = 0 if cache is None else cache.length
+        n = ids.size
         if cache is not None and len(cache) != cfg.n_layers:
             raise ValueError(f"cache holds {len(cache)} layers, the model has {cfg.n_layers}")
         if cache is not None and cache.capacity is not None and start + n > cache.capacity:
@@ -219,36 +228,111 @@ class Llama:
                              f"{cfg.context_length} positions (0..{cfg.context_length - 1}, the range RoPE was "
                              f"trained on): {n} ids after {start} cached")
         positions = np.arange(start, start + n)
-        p = self.pieces
-        if return_weights and p.grouped_query_attention is not grouped_query_attention:
+        if return_weights and self.pieces.grouped_query_attention is not grouped_query_attention:
             raise ValueError("return_weights needs the package's grouped_query_attention (its weights come from "
                              "grouped_query_attention_with_weights); this model's piece is "
-                             f"{describe(p.grouped_query_attention)}, which returns the output only")
-        as_model = lambda a: np.asarray(a).astype(self.dtype, copy=False)   # noqa: E731 (a no-op for the package's)
+                             f"{describe(self.pieces.grouped_query_attention)}, which returns the output only")
 
         x = self.embedding[ids]                                          # (n, d)
         all_weights = []
-        for L, w in enumerate(self.layers):
-            h = as_model(p.rms_norm(x, w["attn_norm"], cfg.eps))         # (n, d)
-            q = (h @ w["attn_q"].T).reshape(n, cfg.n_heads, cfg.d_head).transpose(1, 0, 2)      # (H, n, dh)
-            k = (h @ w["attn_k"].T).reshape(n, cfg.n_kv_heads, cfg.d_head).transpose(1, 0, 2)   # (Hkv, n, dh)
-            v = (h @ w["attn_v"].T).reshape(n, cfg.n_kv_heads, cfg.d_head).transpose(1, 0, 2)   # (Hkv, n, dh)
-            q = as_model(p.apply_rope(q, positions, cfg.rope_base))     # (H, n, dh)
-            k = as_model(p.apply_rope(k, positions, cfg.rope_base))     # (Hkv, n, dh)
-            if cache is not None:                                        # append, then read all positions
-                k, v = cache.append(L, k, v)                             # (Hkv, n_k, dh) each
-            # the queries are the last n of the n_k positions: the attention's default, nothing to pass
+        for L in range(cfg.n_layers):
             if return_weights:
-                attn, weights = grouped_query_attention_with_weights(q, k, v)
+                x, weights = self.layer(L, x, positions, cache, return_weights=True)
                 all_weights.append(weights)
             else:
-                attn = as_model(p.grouped_query_attention(q, k, v))      # (H, n, dh)
-            attn = attn.transpose(1, 0, 2).reshape(n, cfg.d_model)      # (n, H*dh) = (n, d)
-            x = x + attn @ w["attn_output"].T
-            h = as_model(p.rms_norm(x, w["ffn_norm"], cfg.eps))
-            x = x + as_model(p.swiglu(h, w["ffn_gate"], w["ffn_up"], w["ffn_down"]))
-        logits = as_model(p.rms_norm(x, self.final_norm, cfg.eps)) @ self.embedding.T    # (n, V): tied head
+                x = self.layer(L, x, positions, cache)                   # (n, d)
+        logits = self.head(x)                                            # (n, V)
         return (logits, all_weights) if return_weights else logits
+
+    def head(self, x) -> np.ndarray:
+        """Logits ``(..., V)`` of the residual stream ``x`` ``(..., d)`` leaving the last layer: the final RMSNorm,
+        then the tied output head ``h E^T``."""
+        rows = np.reshape(x, (-1, self.config.d_model))                 # (tokens, d): one 2-D product
+        h = self._as_model(self.pieces.rms_norm(rows, self.final_norm, self.config.eps))
+        return (h @ self.embedding.T).reshape(np.shape(x)[:-1] + (self.config.vocab_size,))
+
+    def layer(self, L: int, x, positions, cache=None, *, adapted=None, keep=None, return_weights=False):
+        """Layer ``L`` on the residual stream ``x`` ``(..., n, d)`` of tokens at ``positions`` ``(n,)``: THE composition
+        of a LLaMA layer, on this model's pieces. :meth:`forward` runs it on one sequence ``(n, d)`` with a KV
+        cache; :class:`~transformer_course.lora.LoRAModel` on a batch ``(B, n, d)``, with adapters, keeping what its
+        backward pass needs::
+
+            a = rms_norm(x);  q, k = rope(a W_q^T), rope(a W_k^T);  v = a W_v^T;  o = attention(q, k, v)
+            x1 = x + o W_o^T;  m = rms_norm(x1);  x2 = x1 + swiglu(m)
+
+        Everything but the attention works on the rows ``(tokens, ·)`` of the batch: one 2-D matrix product per
+        weight (a 3-D @ 2-D matmul would loop over the batch).
+
+        Args:
+            L: the layer's index. x: ``(..., n, d)`` in the model's dtype. positions: ``(n,)`` integers.
+            cache: a :class:`~transformer_course.kv_cache.LayerCaches` (one sequence, ``x`` ``(n, d)``): the new
+                keys and values are appended to layer L's, and the attention reads every cached position.
+            adapted: ``{name: f}``: the projections of :data:`LAYER_TENSORS` computed as ``f(rows)`` ``(tokens, out)``
+                instead of ``rows W^T`` (LoRA's adapters).
+            keep: a dict that receives what a backward pass needs, as rows ``(tokens, ·)``: the inputs of the two
+                norms, ``x`` and ``x1``; ``gate``, ``up`` and ``act`` = silu(gate); per head, the rotated ``q``
+                ``(..., H, n, dh)``, ``k`` and ``v`` ``(..., Hkv, n, dh)`` and the attention ``weights``
+                ``(..., H, n, n)`` (None unless the attention piece is the package's, which gives them); and
+                ``inputs``: ``{name: rows}``, the input of each ADAPTED projection, which its adapter's gradient
+                needs (a frozen projection passes ``dy W`` down: its input is not kept, and its memory is reused).
+            return_weights: also return the attention weights ``(..., H, n, n_k)`` (the package's attention only).
+
+        The feed-forward is the model's ``swiglu`` piece -- unless ``keep`` is given or one of its three matrices
+        is adapted: then it is composed open, ``ffn_down(silu(ffn_gate(m)) * ffn_up(m))`` (``silu`` of
+        ``activations.py``). A closed swiglu holds its matrices out of the adapters' reach, and gives neither
+        ``gate`` nor ``up``, which its backward needs: it would have to compute the two ``(d_ff, d)`` products again,
+        half the forward's arithmetic. For the package's ``swiglu`` the two forms give the same bits.
+        """
+        cfg, w, p, as_model = self.config, self.layers[L], self.pieces, self._as_model
+        if cache is not None and np.ndim(x) != 2:
+            raise ValueError(f"a cache holds one sequence: x must be (n, d), got {describe(x)}")
+        adapted = adapted or {}
+        proj = lambda name, y: adapted[name](y) if name in adapted else y @ w[name].T       # noqa: E731 (tokens, out)
+        lead, dh = x.shape[:-1], cfg.d_head                              # (..., n), d_head
+        heads = lambda y, h: y.reshape(lead + (h, dh)).swapaxes(-2, -3)  # noqa: E731 (tokens, h*dh) -> (..., h, n, dh)
+        rows = x.reshape(-1, cfg.d_model)                                # (tokens, d)
+
+        a = as_model(p.rms_norm(rows, w["attn_norm"], cfg.eps))         # (tokens, d)
+        q = heads(proj("attn_q", a), cfg.n_heads)                        # (..., H, n, dh)
+        k = heads(proj("attn_k", a), cfg.n_kv_heads)                     # (..., Hkv, n, dh)
+        v = heads(proj("attn_v", a), cfg.n_kv_heads)                     # (..., Hkv, n, dh)
+        q = as_model(p.apply_rope(q, positions, cfg.rope_base))
+        k = as_model(p.apply_rope(k, positions, cfg.rope_base))
+        k_all, v_all = (k, v) if cache is None else cache.append(L, k, v)   # (..., Hkv, n_k, dh) each
+        o, weights = self._attention(q, k_all, v_all, return_weights or keep is not None)   # (..., H, n, dh)
+        o = o.swapaxes(-2, -3).reshape(rows.shape)                       # (tokens, H*dh) = (tokens, d)
+        x1 = rows + proj("attn_output", o)
+        m = as_model(p.rms_norm(x1, w["ffn_norm"], cfg.eps))
+        if keep is None and not adapted.keys() & {"ffn_gate", "ffn_up", "ffn_down"}:
+            x2 = x1 + as_model(p.swiglu(m, w["ffn_gate"], w["ffn_up"], w["ffn_down"]))
+        else:                                                            # open: for the adapters and the backward
+            gate, up = proj("ffn_gate", m), proj("ffn_up", m)            # (tokens, d_ff) each
+            act = silu(gate)
+            s = act * up
+            x2 = x1 + proj("ffn_down", s)
+            if keep is not None:
+                inputs = {"attn_q": a, "attn_k": a, "attn_v": a, "attn_output": o,
+                          "ffn_gate": m, "ffn_up": m, "ffn_down": s}
+                keep.update(x=rows, q=q, k=k, v=v, weights=weights, x1=x1, gate=gate, up=up, act=act,
+                            inputs={name: inputs[name] for name in adapted})
+        x2 = x2.reshape(x.shape)                                         # (..., n, d)
+        return (x2, weights) if return_weights else x2
+
+    def _attention(self, q, k, v, want_weights: bool):
+        """The model's grouped-query attention on ``q`` ``(..., H, n, dh)``, ``k``, ``v`` ``(..., Hkv, n_k, dh)``, in
+        one call: the sequences of a batch are more heads. Query head h of sequence b, row ``b H + h`` of the stack, reads
+        row ``(b H + h) // group = b Hkv + h // group``: its own sequence's key/value head h // group. Returns
+        ``(out (..., H, n, dh), weights (..., H, n, n_k) or None)``: the weights when wanted and the piece is the
+        package's (:func:`grouped_query_attention_with_weights`, the same output bits)."""
+        if want_weights and self.pieces.grouped_query_attention is grouped_query_attention:
+            out, weights = grouped_query_attention_with_weights(stack_heads(q), stack_heads(k), stack_heads(v))
+            return out.reshape(q.shape), weights.reshape(q.shape[:-1] + k.shape[-2:-1])
+        out = self.pieces.grouped_query_attention(stack_heads(q), stack_heads(k), stack_heads(v))   # (B*H, n, dh)
+        return self._as_model(out).reshape(q.shape), None
+
+    def _as_model(self, a) -> np.ndarray:
+        """A piece's output in the model's dtype (a no-op for the package's pieces, which keep it)."""
+        return np.asarray(a).astype(self.dtype, copy=False)
 
     def generate_greedy(self, prompt_ids, n_new: int, use_cache: bool = True) -> np.ndarray:
         """Greedy decoding: ``prompt_ids`` then ``n_new`` argmax tokens; without the cache every

@@ -19,13 +19,16 @@ What the backward pass needs, and what it does not:
 * the loss is taken on the answer tokens only, so the output head (49152 x 576 for SmolLM2, the
   biggest matrix of the model) is applied to those positions only, forward and backward.
 
-Every step is built from the concept modules' forward and backward passes (``llama.py``); the
-functions a notebook asks the student to write can be passed in ``pieces`` so that the training
-runs on them (:data:`PIECES`).
+The forward pass is the model's own: :meth:`Llama.layer <transformer_course.llama.Llama.layer>`, the one
+composition of a LLaMA layer, on the model's pieces (``Llama(..., pieces=...)``), with the adapted projections
+routed through :func:`lora_forward`; it keeps what the backward needs. The backward is composed here from
+the concept modules' backward passes; the ones a notebook asks the student to write can be passed in
+``pieces`` so that the training runs on them (:data:`PIECES`).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -33,8 +36,8 @@ import numpy as np
 
 from ._checks import as_float_array, describe, positive_int
 from .backward import cross_entropy_backward
-from .llama import (LAYER_TENSORS, Llama, grouped_query_attention_backward, grouped_query_attention_with_weights,
-                    rms_norm, rms_norm_backward, rope_backward, rope_tables, rotate_pairs, silu, silu_backward)
+from .llama import (LAYER_TENSORS, Llama, grouped_query_attention_backward, rms_norm_backward, rope_backward,
+                    silu_backward, stack_heads)
 from .loss import cross_entropy
 
 TARGETS = tuple(n for n in LAYER_TENSORS if not n.endswith("_norm"))   # the seven projections
@@ -109,7 +112,8 @@ class LoRAModel:
         targets: projection names among :data:`TARGETS` (e.g. ``("attn_q", "attn_v")``).
         rank: r. alpha: the scale is ``alpha / r``.
         rng: draws A ~ N(0, 1 / in); B = 0.
-        pieces: replacements for :data:`PIECES` (the student's functions).
+        pieces: replacements for :data:`PIECES` (the student's functions). The forward runs on ``model``'s own
+            pieces (:class:`~transformer_course.llama.LlamaPieces`).
     """
 
     def __init__(self, model: Llama, layers, targets=("attn_q", "attn_v"), rank: int = 8, alpha: float = 16.0,
@@ -147,78 +151,72 @@ class LoRAModel:
     def n_parameters(self) -> int:
         return sum(a.size for a in self.adapters.values())
 
-    # -- forward pieces ------------------------------------------------------------------------
-    def _project(self, L, target, x):
-        # on 2-D rows (tokens, in): one matrix product per weight, whatever the pieces do with a 3-D array
-        W = self.model.layers[L][target]
-        rows = x.reshape(-1, x.shape[-1])
-        key = adapter_name(L, target, "A")
-        if key in self.adapters:
-            out = self.pieces["lora_forward"](rows, W, self.adapters[key], self.adapters[adapter_name(L, target, "B")],
-                                              self.scale)
-        else:
-            out = rows @ W.T
-        return out.reshape(x.shape[:-1] + (W.shape[0],))
+    # -- the adapted projections, forward and backward --------------------------------------------
+    def adapted(self, L: int) -> dict:
+        """Layer L's adapted projections for :meth:`Llama.layer <transformer_course.llama.Llama.layer>`:
+        ``{target: y -> lora_forward(y, W, A, B, scale)}``, empty for a layer without adapters."""
+        if L not in self.layers:
+            return {}
+        return {t: functools.partial(self._lora_projection, L, t) for t in self.targets}
 
-    def _project_backward(self, L, target, dy, x, grads):
-        W = self.model.layers[L][target]
-        rows, d_rows = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])
-        key = adapter_name(L, target, "A")
-        if key in self.adapters:
-            dx, dA, dB = self.pieces["lora_backward"](d_rows, rows, W, self.adapters[key],
-                                                      self.adapters[adapter_name(L, target, "B")], self.scale)
-            grads[key] = dA
-            grads[adapter_name(L, target, "B")] = dB
-        else:
-            dx = d_rows @ W                                              # frozen: only dx flows
-        return dx.reshape(x.shape)
+    def _lora_projection(self, L, target, rows):
+        A, B = self.adapters[adapter_name(L, target, "A")], self.adapters[adapter_name(L, target, "B")]
+        return self.pieces["lora_forward"](rows, self.model.layers[L][target], A, B, self.scale)   # (tokens, out)
 
+    def _project_backward(self, L, target, dy, c, grads):
+        """``dL/d(input)`` ``(tokens, in)`` of projection ``target`` from ``dy`` ``(tokens, out)``; an adapted one also
+        puts its ``dA``, ``dB`` into ``grads`` (from its input, which the forward kept in ``c["inputs"]``)."""
+        W = self.model.layers[L][target]
+        if target not in c["inputs"]:
+            return dy @ W                                                # frozen: only dx flows
+        key_A, key_B = adapter_name(L, target, "A"), adapter_name(L, target, "B")
+        dx, grads[key_A], grads[key_B] = self.pieces["lora_backward"](dy, c["inputs"][target], W, self.adapters[key_A],
+                                                                     self.adapters[key_B], self.scale)
+        return dx
+
+    # -- one layer ----------------------------------------------------------------------------------
     def layer_forward(self, L, x, positions, cache=None):
-        """One layer on ``x`` ``(B, n, d)`` (sequences at ``positions``); fills ``cache`` for the backward."""
-        cfg, w = self.model.config, self.model.layers[L]
-        b, n, d = x.shape
-        cos, sin = rope_tables(positions, cfg.d_head, cfg.rope_base, x.dtype)
-        a = rms_norm(x, w["attn_norm"], cfg.eps)
-        heads = lambda y, h: y.reshape(b, n, h, cfg.d_head).transpose(0, 2, 1, 3)   # noqa: E731  (B, h, n, dh)
-        q = rotate_pairs(heads(self._project(L, "attn_q", a), cfg.n_heads), cos, sin)
-        k = rotate_pairs(heads(self._project(L, "attn_k", a), cfg.n_kv_heads), cos, sin)
-        v = heads(self._project(L, "attn_v", a), cfg.n_kv_heads)
-        outs, weights = zip(*(grouped_query_attention_with_weights(q[i], k[i], v[i], positions)
-                              for i in range(b)))
-        o = np.stack(outs).transpose(0, 2, 1, 3).reshape(b, n, d)
-        x1 = x + self._project(L, "attn_output", o)
-        m = rms_norm(x1, w["ffn_norm"], cfg.eps)
-        gate, up = self._project(L, "ffn_gate", m), self._project(L, "ffn_up", m)
-        s = silu(gate) * up
-        x2 = x1 + self._project(L, "ffn_down", s)
+        """The model's layer L (:meth:`Llama.layer <transformer_course.llama.Llama.layer>`, on the model's pieces) on
+        ``x`` ``(B, n, d)`` at ``positions``, with this layer's adapters; ``cache`` (a dict) receives what
+        :meth:`layer_backward` needs."""
         if cache is not None:
-            cache.update(x=x, a=a, q=q, k=k, v=v, weights=weights, o=o, x1=x1, m=m, gate=gate, up=up, s=s,
-                         positions=positions)
-        return x2
+            cache["positions"] = positions
+        return self.model.layer(L, x, positions, adapted=self.adapted(L), keep=cache)
 
-    def layer_backward(self, L, dx2, c, grads):
-        """Gradient of one layer: ``dL/dx`` from ``dL/dx2``; adapter gradients go into ``grads``."""
+    def layer_backward(self, L, dx2, c, grads, *, to_input: bool = True):
+        """Gradient of one layer: ``dL/dx`` from ``dL/dx2`` ``(B, n, d)``; adapter gradients go into ``grads``.
+
+        ``to_input=False`` (the lowest adapted layer: nothing below it needs a gradient) stops once the adapters'
+        gradients are known and returns None: the frozen q, k, v projections and the first norm would only carry
+        ``dL/dx`` further down."""
         cfg, w = self.model.config, self.model.layers[L]
-        b, n, d = dx2.shape
         p = self.pieces
-        ds = self._project_backward(L, "ffn_down", dx2, c["s"], grads)
+        shape, dx2 = dx2.shape, dx2.reshape(-1, cfg.d_model)             # rows (tokens, d), as the forward kept them
+        ds = self._project_backward(L, "ffn_down", dx2, c, grads)
         dgate = silu_backward(ds * c["up"], c["gate"])
-        dup = ds * silu(c["gate"])
-        dm = self._project_backward(L, "ffn_gate", dgate, c["m"], grads) + \
-            self._project_backward(L, "ffn_up", dup, c["m"], grads)
+        dup = ds * c["act"]
+        dm = self._project_backward(L, "ffn_gate", dgate, c, grads) + self._project_backward(L, "ffn_up", dup, c, grads)
         dx1 = dx2 + p["rms_norm_backward"](dm, c["x1"], w["ffn_norm"], cfg.eps)[0]
-        do = self._project_backward(L, "attn_output", dx1, c["o"], grads)
-        do = do.reshape(b, n, cfg.n_heads, cfg.d_head).transpose(0, 2, 1, 3)
-        dq, dk, dv = (np.stack(g) for g in zip(*(
-            grouped_query_attention_backward(do[i], c["q"][i], c["k"][i], c["v"][i], c["positions"], c["weights"][i])
-            for i in range(b))))
+        do = self._project_backward(L, "attn_output", dx1, c, grads)               # (tokens, d)
+        do = do.reshape(shape[:-1] + (cfg.n_heads, cfg.d_head)).swapaxes(-2, -3)   # (B, H, n, dh)
+        dq, dk, dv = self._attention_backward(do, c)
         dq = p["rope_backward"](dq, c["positions"], cfg.rope_base)
         dk = p["rope_backward"](dk, c["positions"], cfg.rope_base)
-        flat = lambda g: g.transpose(0, 2, 1, 3).reshape(b, n, -1)       # noqa: E731  (B, n, h*dh)
-        da = self._project_backward(L, "attn_q", flat(dq), c["a"], grads) + \
-            self._project_backward(L, "attn_k", flat(dk), c["a"], grads) + \
-            self._project_backward(L, "attn_v", flat(dv), c["a"], grads)
-        return dx1 + p["rms_norm_backward"](da, c["x"], w["attn_norm"], cfg.eps)[0]
+        rows = lambda g: g.swapaxes(-2, -3).reshape(dx2.shape[0], -1)             # noqa: E731  (tokens, h*dh)
+        branches = (("attn_q", dq), ("attn_k", dk), ("attn_v", dv))
+        da = [self._project_backward(L, t, rows(g), c, grads) for t, g in branches if to_input or t in c["inputs"]]
+        if not to_input:
+            return None
+        return (dx1 + p["rms_norm_backward"](sum(da), c["x"], w["attn_norm"], cfg.eps)[0]).reshape(shape)
+
+    @staticmethod
+    def _attention_backward(do, c):
+        """:func:`grouped_query_attention_backward` of the whole batch in one call, the sequences stacked as heads
+        as the forward stacked them (``Llama._attention``); the forward's weights when it kept them, else recomputed."""
+        weights = None if c["weights"] is None else stack_heads(c["weights"])          # (B*H, n, n)
+        dq, dk, dv = grouped_query_attention_backward(stack_heads(do), stack_heads(c["q"]), stack_heads(c["k"]),
+                                                      stack_heads(c["v"]), weights=weights)
+        return dq.reshape(c["q"].shape), dk.reshape(c["k"].shape), dv.reshape(c["v"].shape)
 
     # -- whole model ----------------------------------------------------------------------------
     def hidden_below(self, ids) -> np.ndarray:
@@ -240,7 +238,7 @@ class LoRAModel:
         positions = np.arange(ids.shape[1])
         for L in range(self.model.config.n_layers):
             x = self.layer_forward(L, x, positions)
-        return rms_norm(x, self.model.final_norm, self.model.config.eps) @ self.model.embedding.T
+        return self.model.head(x)
 
     def logits_from(self, x_low, select) -> np.ndarray:
         """Logits ``(m, V)`` at the positions ``select`` ``(B, n)`` (booleans), from :meth:`hidden_below`'s
@@ -252,7 +250,7 @@ class LoRAModel:
         x, positions = x_low, np.arange(x_low.shape[1])
         for L in range(self.lowest, self.model.config.n_layers):
             x = self.layer_forward(L, x, positions)
-        return rms_norm(x[select], self.model.final_norm, self.model.config.eps) @ self.model.embedding.T
+        return self.model.head(x[select])
 
     def loss_and_grads(self, x_low, targets, loss_mask):
         """Mean cross-entropy on the positions of ``loss_mask`` and its gradient for every adapter.
@@ -280,8 +278,7 @@ class LoRAModel:
             x = self.layer_forward(L, x, positions, caches[-1])
         t1 = time.perf_counter()
         xs = x[loss_mask]                                                   # (m, d): the answer positions only
-        h = rms_norm(xs, self.model.final_norm, cfg.eps)
-        logits = h @ E.T                                                    # (m, V)
+        logits = self.model.head(xs)                                        # (m, V)
         loss = cross_entropy(logits, targets[loss_mask])
         dlogits = cross_entropy_backward(logits, targets[loss_mask])
         dh = dlogits @ E                                                    # frozen tied head: only dh flows
@@ -290,8 +287,8 @@ class LoRAModel:
         dx[loss_mask] = dxs
         t2 = time.perf_counter()
         grads = {}
-        for L, c in zip(range(cfg.n_layers - 1, self.lowest - 1, -1), reversed(caches)):
-            dx = self.layer_backward(L, dx, c, grads)
+        for L in range(cfg.n_layers - 1, self.lowest - 1, -1):           # each layer's cache freed once used
+            dx = self.layer_backward(L, dx, caches.pop(), grads, to_input=L > self.lowest)   # none below the lowest
         t3 = time.perf_counter()
         self.timings = {"layers_forward": t1 - t0, "head": t2 - t1, "layers_backward": t3 - t2}
         return float(loss), grads
