@@ -64,6 +64,11 @@ def rope_backward(grad_output, positions, base=10000.0):
     cos, sin = rope_tables(positions, grad_output.shape[-1], 10000.0, grad_output.dtype)
     return rotate_pairs(grad_output, cos, -sin)
 '''},
+    "RoPE backward with float32 tables in a float64 computation": {"rope_backward": '''
+def rope_backward(grad_output, positions, base=10000.0):
+    cos, sin = rope_tables(positions, grad_output.shape[-1], base)
+    return rotate_pairs(grad_output, cos, -sin)
+'''},
     "RoPE backward as the identity (a rotation has no gradient)": {"rope_backward": '''
 def rope_backward(grad_output, positions, base=10000.0):
     return grad_output
