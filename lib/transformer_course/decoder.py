@@ -26,7 +26,7 @@ from .decoder_block import (  # noqa: F401 (re-exported: notebook 08 and the tes
     offset_causal_mask,
 )
 from .generation import CachedStep, UncachedStep  # noqa: F401 (notebook 08 imports its step functions from here)
-from .kv_cache import GrowingKVCache, LayerCaches, PreallocatedKVCache
+from .kv_cache import GrowingKVCache, LayerCaches, PreallocatedKVCache, check_model_cache
 from .loss import language_model_loss  # noqa: F401 (notebook 08's loss; it lives with the others)
 from .normalization import layer_norm
 from .torch_interop import decoder_block_from_torch  # noqa: F401 (the adapter lives with the others)
@@ -113,16 +113,6 @@ class DecoderLM:
         capacity = positive_int(capacity, "capacity")
         return LayerCaches(PreallocatedKVCache(a.n_heads, capacity, a.d_head, self.dtype) for a in attentions)
 
-    def _check_cache(self, cache) -> int:
-        """The number of positions ``cache`` holds (0 for None), checked against the model."""
-        if cache is None:
-            return 0
-        if not isinstance(cache, LayerCaches):
-            raise TypeError(f"cache must be None or a LayerCaches (this model's new_cache()), got {describe(cache)}")
-        if len(cache) != len(self.blocks):
-            raise ValueError(f"cache holds {len(cache)} layers, the model has {len(self.blocks)} blocks")
-        return cache.length
-
     def forward(self, ids, cache: LayerCaches | None = None, return_weights: bool = False):
         """Logits for new tokens ``ids`` ``(n_new,)`` after the cached ones, extending ``cache`` in place.
 
@@ -136,10 +126,8 @@ class DecoderLM:
             logits ``(n_new, V)``; with ``return_weights`` also a list with, per block, the weights
             ``(n_heads, n_new, n_past + n_new)``.
         """
-        start = self._check_cache(cache)
+        start = check_model_cache(cache, len(self.blocks), np.size(ids))
         ids = self._check_ids(ids, start)
-        if cache is not None and cache.capacity is not None and start + ids.size > cache.capacity:
-            raise ValueError(f"the cache holds {cache.capacity} positions; {start} used, {ids.size} more requested")
         x = self.W_E[ids] + self.W_P[start:start + ids.size]      # (n_new, d_model)
         weights = []
         for i, block in enumerate(self.blocks):

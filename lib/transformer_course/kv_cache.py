@@ -202,3 +202,19 @@ class LayerCaches:
         """Append layer ``layer``'s new ``keys``/``values`` and return its keys and values of every position."""
         self.layers[layer] = self.layers[layer].append(keys, values)
         return self.layers[layer].keys, self.layers[layer].values
+
+
+def check_model_cache(cache, n_layers: int, n_new: int) -> int:
+    """A model's ``forward(ids, cache)`` argument checked: None, or a :class:`LayerCaches` of ``n_layers`` caches
+    with room for ``n_new`` more positions. Returns the number of positions it holds (0 for None)."""
+    if cache is None:
+        return 0
+    if not isinstance(cache, LayerCaches):
+        raise TypeError(f"cache must be None or a LayerCaches (the model's new_cache()), got {describe(cache)}")
+    if len(cache) != n_layers:
+        raise ValueError(f"cache holds {len(cache)} layers, the model has {n_layers}")
+    start = cache.length
+    if cache.capacity is not None and start + n_new > cache.capacity:
+        raise ValueError(f"the cache holds {cache.capacity} positions; {start} used, {n_new} more requested")
+    return start
+

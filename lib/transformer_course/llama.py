@@ -52,7 +52,7 @@ from .attention import (grouped_query_attention, grouped_query_attention_backwar
                         grouped_query_attention_with_weights, kv_head_gradient)
 from .backward import tied_head_backward  # noqa: F401
 from .feedforward import swiglu, swiglu_backward  # noqa: F401
-from .kv_cache import LayerCaches, PreallocatedKVCache
+from .kv_cache import LayerCaches, PreallocatedKVCache, check_model_cache
 from .normalization import rms_norm, rms_norm_backward  # noqa: F401
 from .positional import apply_rope, rope_backward, rope_frequencies, rope_tables, rotate_pairs  # noqa: F401
 
@@ -215,14 +215,8 @@ class Llama:
             raise ValueError(f"ids must be a non-empty 1-D array of integers, got {describe(ids)}")
         if ids.min() < 0 or ids.max() >= cfg.vocab_size:
             raise ValueError(f"ids must lie in 0..{cfg.vocab_size - 1}, got {ids.min()}..{ids.max()}")
-        if cache is not None and not isinstance(cache, LayerCaches):
-            raise TypeError(f"cache must be None or a KVCache (LayerCaches), got {describe(cache)}")
-        start = 0 if cache is None else cache.length
         n = ids.size
-        if cache is not None and len(cache) != cfg.n_layers:
-            raise ValueError(f"cache holds {len(cache)} layers, the model has {cfg.n_layers}")
-        if cache is not None and cache.capacity is not None and start + n > cache.capacity:
-            raise ValueError(f"the cache holds {cache.capacity} positions; {start} used, {n} more requested")
+        start = check_model_cache(cache, cfg.n_layers, n)
         if start + n > cfg.context_length:
             raise ValueError(f"ids would sit at positions {start}..{start + n - 1}, past the model's context of "
                              f"{cfg.context_length} positions (0..{cfg.context_length - 1}, the range RoPE was "
