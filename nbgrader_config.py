@@ -5,6 +5,9 @@ released to exercises/, executed complete notebooks go to solutions/.
 """
 
 import os
+import uuid
+
+from jupyter_core.paths import jupyter_runtime_dir
 
 c = get_config()  # noqa: F821  (provided by traitlets)
 
@@ -28,6 +31,13 @@ c.ClearSolutions.code_stub = {"python": (
     'gives the inputs, outputs and shapes, the Exercise text before this cell the idea")'
 )}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# Kernels started by nbgrader (validate, generate_solution, autograde) talk over IPC sockets in Jupyter's runtime
+# folder (only this user can open it) instead of TCP on 127.0.0.1, under a name of their own (tools/course.py,
+# KERNEL_TRANSPORT; the release writes the student's nbgrader_config.py with the same lines beside every notebook).
+c.KernelManager.transport = "ipc"
+os.makedirs(jupyter_runtime_dir(), mode=0o700, exist_ok=True)
+c.KernelManager.ip = os.path.join(jupyter_runtime_dir(), f"kernel-{uuid.uuid4().hex[:12]}")
 
 # Execution limits used by validate and autograde.
 c.Execute.timeout = 60
