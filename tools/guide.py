@@ -183,7 +183,7 @@ class Entry:
     @property
     def mutants(self) -> list[str]:
         """The mutant descriptions the Common mistakes table lists (first column)."""
-        rows = re.findall(r"^\|\s*(.+?)\s*\|", self.fields.get("Common mistakes", ""), re.M)
+        rows = re.findall(r"^\|\s*((?:[^|\\]|\\.)+?)\s*(?<!\\)\|", self.fields.get("Common mistakes", ""), re.M)
         return [r.replace("\\|", "|") for r in rows if r.strip("-: ") and r.strip() != "Mutant (tests/mutants)"]
 
 
