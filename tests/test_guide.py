@@ -181,8 +181,10 @@ def test_a_diagram_that_draws_the_step_is_read():
 
 
 # ------------------------------------------------------------------ scratch cells
-QUESTION_ASKS_TO_COMPUTE = re.compile(r"\b(compute|print|calculate|how many|estimate|work out the (?:numbers|standard deviation))\b",
-                                      re.I)
+# What a question says when it asks the student to compute or print something (the words of the course's questions).
+QUESTION_ASKS_TO_COMPUTE = re.compile(r"\bCompute\b|\bcompute (?:and print|them|it)\b|\bprint both\b|\bEstimate\b|"
+                                      r"\bHow many bytes\b|\bhow many times more\b|\bsmallest number\b|"
+                                      r"\bwork out the standard deviation\b|\broughly how would\b")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -195,7 +197,8 @@ def test_written_questions_that_ask_to_compute_have_a_scratch_cell(name):
     for i, cell in enumerate(nb.cells):
         if guide.kind(cell) != "written":
             continue
-        _, prompt = exercise_checks.question_prompt(nb, i)
+        start, _ = exercise_checks.question_prompt(nb, i)
+        prompt = "\n".join(c.source for c in nb.cells[start:i] if c.cell_type == "markdown")
         after = nb.cells[i + 1] if i + 1 < len(nb.cells) else None
         has_scratch = after is not None and course.SCRATCH in after.metadata.get("tags", [])
         if QUESTION_ASKS_TO_COMPUTE.search(prompt):
