@@ -419,6 +419,12 @@ def test_keep_unchanged_measurements_keeps_only_what_nbval_does_not_compare():
     assert texts[1] == "one step: 724 ms ± 95 ms; head 21% ± 5%\n", "a timing nbval sanitises keeps its digits"
     assert texts[2] == "ratio 0.6\n", "a text nbval compares is never replaced"
     assert texts[3] == "one step: 679 ms ± 61 ms; head 20% ± 1%\n", "an edited cell is written as it comes"
+    # A cell added above (a scratch cell under a written question) moves the others: they stay paired by source.
+    moved = notebook("bound here 5.1 GB/s\n", "one step: 679 ms ± 61 ms; head 20% ± 1%\n", "ratio 0.6\n")
+    moved.cells[3].source = "edited(again=True)"
+    moved.cells.insert(0, nbformat.v4.new_code_cell("# Scratch cell"))
+    assert course.keep_unchanged_measurements(moved, old) == 2
+    assert moved.cells[1].outputs[0].text == "bound here 22.5 GB/s\n", "paired by source, not by position"
 
 
 @pytest.mark.parametrize("name", NAMES)

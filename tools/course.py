@@ -333,15 +333,27 @@ def same_picture(png_a: str, png_b: str) -> bool:
     return bool(diff.max() <= PICTURE_MAX_LEVELS and (diff > 0).mean() <= PICTURE_MAX_PIXELS)
 
 
+def same_cells(new, old):
+    """(new cell, old cell) for every code cell of `new` whose source a code cell of `old` has, matched in order
+    (the k-th cell with a given source to the k-th one): a cell added or removed elsewhere moves the others without
+    unpairing them."""
+    unused = {}
+    for before in old.cells:
+        if before.cell_type == "code":
+            unused.setdefault(before.source, []).append(before)
+    for cell in new.cells:
+        if cell.cell_type == "code" and unused.get(cell.source):
+            yield cell, unused[cell.source].pop(0)
+
+
 def keep_unchanged_figures(new, old) -> int:
     """Give `new` (just executed) the committed PNG bytes of every figure that is the same
     picture in `old`, cell by cell where the source and the output kinds match, so that `make`
     on another machine leaves the committed solutions as they are. Text outputs are never
     touched: they must come out identical everywhere (nbval checks that). Returns the count."""
     kept = 0
-    for cell, before in zip(new.cells, old.cells):
-        if (cell.cell_type != "code" or before.cell_type != "code" or before.source != cell.source
-                or len(before.outputs) != len(cell.outputs)):
+    for cell, before in same_cells(new, old):
+        if len(before.outputs) != len(cell.outputs):
             continue
         for out, prev in zip(cell.outputs, before.outputs):
             png, prev_png = out.get("data", {}).get("image/png"), prev.get("data", {}).get("image/png")
@@ -379,9 +391,8 @@ def keep_unchanged_measurements(new, old) -> int:
     keeps its committed digits. So `make` leaves the committed solutions as they are on any machine and
     under any load; the committed numbers are those of the run that was committed. Returns the count."""
     pairs, kept = sanitizers(), 0
-    for cell, before in zip(new.cells, old.cells):
-        if (cell.cell_type != "code" or before.cell_type != "code" or before.source != cell.source
-                or [o.output_type for o in before.outputs] != [o.output_type for o in cell.outputs]):
+    for cell, before in same_cells(new, old):
+        if [o.output_type for o in before.outputs] != [o.output_type for o in cell.outputs]:
             continue
         if "nbval-ignore-output" in cell.metadata.get("tags", []):
             if cell.outputs != before.outputs:
