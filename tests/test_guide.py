@@ -105,7 +105,7 @@ def first_exercise_with_code_tell(name: str):
     entries = guide.parse_guide(guide.guide_path().read_text(encoding="utf-8"))
     nb = guide.read(name)
     for ex in guide.exercises(name, nb):
-        tells = [t for how, t in entries[(name, ex.grade_id)].tells if how == "code"]
+        tells = [t for how, t in entries[(name, ex.grade_id)].tells if how == "code" and not t.startswith(guide.REGEX_TELL)]
         if tells:
             return ex, tells[0]
     raise AssertionError(f"{name}: no exercise with a code tell")

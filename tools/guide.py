@@ -8,7 +8,9 @@ what a student can read.
                                              # run through the visible tests, the message the student gets
 
 An entry names the step the student must work out and, under **Tells.**, the expressions that *are* that step:
-`code` spans (compared with all blanks removed) and "quoted phrases" (compared word by word, lower case). Every
+`code` spans (compared with all blanks removed), `re:regex` spans (a regular expression, matched against the text with
+all blanks removed: for a step that can be written several ways) and "quoted phrases" (compared word by word, lower
+case, LaTeX command names left out). Every
 tell must be part of the answer (the solution code, the model answer or mark scheme, the exercise's last hint, or
 theory.md's answer block for the notebook), and none may appear in what the student reads before answering: the
 student version of the notebook, whole (text, collapsed hints, visible code and tests, later cells, the text the
@@ -224,23 +226,48 @@ def compact(text: str) -> str:
 
 
 def phrase_words(text: str) -> str:
+    """Lower-case words and numbers, LaTeX command names left out (`$d_{\\text{head}}$` reads "d head")."""
+    text = re.sub(r"\\[A-Za-z]+", " ", text)
     return " " + " ".join(re.findall(r"[a-z0-9]+", text.lower())) + " "
 
 
-def contains(haystack: str, tell: tuple[str, str]) -> bool:
+REGEX_TELL = "re:"          # a `re:...` tell is a regular expression, matched against the text with blanks removed
+
+
+class Text:
+    """A text prepared once for every tell compared with it: blanks removed, and as lower-case words."""
+
+    def __init__(self, raw: str):
+        self.raw = raw
+        self.compact = compact(raw)
+        self.words = phrase_words(raw)
+
+
+def _prepared(haystack) -> Text:
+    return haystack if isinstance(haystack, Text) else Text(haystack)
+
+
+def contains(haystack, tell: tuple[str, str]) -> bool:
     how, text = tell
+    haystack = _prepared(haystack)
+    if how == "code" and text.startswith(REGEX_TELL):
+        return re.search(text[len(REGEX_TELL):], haystack.compact) is not None
     if how == "code":
-        return compact(text) in compact(haystack)
-    return phrase_words(text) in phrase_words(haystack)
+        return compact(text) in haystack.compact
+    return phrase_words(text) in haystack.words
 
 
-def where(haystack: str, tell: tuple[str, str], width: int = 60) -> str:
+def where(haystack, tell: tuple[str, str], width: int = 60) -> str:
     """A short excerpt of the haystack around the tell (for a finding)."""
     how, text = tell
+    haystack = _prepared(haystack)
+    if how == "code" and text.startswith(REGEX_TELL):
+        m = re.search(text[len(REGEX_TELL):], haystack.compact)
+        return haystack.compact[max(0, m.start() - width // 2): m.end() + width // 2] if m else ""
     if how == "code":
-        squeezed, needle = compact(haystack), compact(text)
+        squeezed, needle = haystack.compact, compact(text)
     else:
-        squeezed, needle = phrase_words(haystack), phrase_words(text)
+        squeezed, needle = haystack.words, phrase_words(text)
     at = squeezed.find(needle)
     return squeezed[max(0, at - width // 2): at + len(needle) + width // 2] if at >= 0 else ""
 
@@ -265,11 +292,13 @@ def check(root: Path = ROOT, guide_text: str | None = None) -> list[str]:
             return [f"notebooks/{GUIDE_NAME} is missing"]
         guide_text = path.read_text(encoding="utf-8")
     entries = parse_guide(guide_text)
-    theory = theory_student(root)
+    theory = Text(theory_student(root))
     findings, seen, earlier = [], set(), []
     for name in notebook_names(root):
         nb = read(name, root)
         mutants = load_mutants(name, root)
+        whole = page(nb, root=root)
+        answers_of_theory = theory_answers(name, root)
         for ex in exercises(name, nb):
             key = (name, ex.grade_id)
             seen.add(key)
@@ -285,8 +314,9 @@ def check(root: Path = ROOT, guide_text: str | None = None) -> list[str]:
             if not tells:
                 findings.append(f"{label}: the entry names no tell (`code` or \"phrase\" under **Tells.**)")
             last_hint = ex.hints[-1] if ex.hints else None
-            answer = "\n".join([ex.answer, last_hint or "", theory_answers(name, root)])
-            sources = [("the notebook (student version)", page(nb, exempt=last_hint, root=root)), ("theory.md (student version)", theory)]
+            answer = Text("\n".join([ex.answer, last_hint or "", answers_of_theory]))
+            this = Text(whole.replace(last_hint, " ", 1) if last_hint else whole)
+            sources = [("the notebook (student version)", this), ("theory.md (student version)", theory)]
             sources += [(f"notebook {other} (student version)", text) for other, text in earlier]
             for tell in tells:
                 shown = f"`{tell[1]}`" if tell[0] == "code" else f'"{tell[1]}"'
@@ -301,7 +331,7 @@ def check(root: Path = ROOT, guide_text: str | None = None) -> list[str]:
                 if ex.grade_id in replaced and description not in entry.mutants:
                     findings.append(f"{label}: the mutant {description!r} (tests/mutants/{name}.py) is not in the "
                                     f"entry's Common mistakes (run `python tools/guide.py mistakes {name}`)")
-        earlier.append((name, page(nb, root=root)))
+        earlier.append((name, Text(whole)))
     for key in sorted(set(entries) - seen):
         findings.append(f"{key[0]} `{key[1]}`: {GUIDE_NAME} has an entry for an exercise the notebook does not have")
     return findings
