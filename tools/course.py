@@ -102,15 +102,28 @@ def copy_instructor_files(dest: Path) -> None:
 KERNEL_TRANSPORT = "ipc"
 
 
-def ipc_prefix() -> str:
-    """A fresh absolute name for a kernel's IPC sockets, in Jupyter's runtime folder (created, mode 0700)."""
-    import uuid
+def ipc_runtime_dir() -> str:
+    """Jupyter's runtime folder (created, mode 0700), or, when its path is too long for a socket's name (a Unix
+    socket's path holds at most 107 bytes: a deep home folder, a test's temporary home), a private folder of
+    its own in the system's temporary folder, removed when this process ends."""
+    import atexit
+    import tempfile
 
     from jupyter_core.paths import jupyter_runtime_dir
 
     runtime = jupyter_runtime_dir()
+    if len(runtime) > 64:
+        runtime = tempfile.mkdtemp(prefix="kernel-")
+        atexit.register(shutil.rmtree, runtime, True)
     os.makedirs(runtime, mode=0o700, exist_ok=True)
-    return os.path.join(runtime, f"kernel-{uuid.uuid4().hex[:12]}")
+    return runtime
+
+
+def ipc_prefix() -> str:
+    """A fresh absolute name for a kernel's IPC sockets (ipc_runtime_dir)."""
+    import uuid
+
+    return os.path.join(ipc_runtime_dir(), f"kernel-{uuid.uuid4().hex[:12]}")
 
 
 def kernel_config():
@@ -129,7 +142,10 @@ def kernel_config():
 # defaults (30 s per cell, ...) stay as they are for a student's Validate.
 STUDENT_CONFIG = '''"""nbgrader settings for a student's Validate (written by the course's release: tools/course.py)."""
 
+import atexit
 import os
+import shutil
+import tempfile
 import uuid
 
 from jupyter_core.paths import jupyter_runtime_dir
@@ -137,10 +153,15 @@ from jupyter_core.paths import jupyter_runtime_dir
 c = get_config()  # noqa: F821
 
 # The kernel talks to nbgrader over IPC sockets in Jupyter's runtime folder (only this user can open it), not over TCP
-# on 127.0.0.1, under a name of its own.
+# on 127.0.0.1, under a name of its own; a socket's path holds at most 107 bytes, so a runtime folder with a long
+# path is replaced by a private folder in the system's temporary folder.
+runtime = jupyter_runtime_dir()
+if len(runtime) > 64:
+    runtime = tempfile.mkdtemp(prefix="kernel-")
+    atexit.register(shutil.rmtree, runtime, True)
+os.makedirs(runtime, mode=0o700, exist_ok=True)
 c.KernelManager.transport = "ipc"
-os.makedirs(jupyter_runtime_dir(), mode=0o700, exist_ok=True)
-c.KernelManager.ip = os.path.join(jupyter_runtime_dir(), f"kernel-{uuid.uuid4().hex[:12]}")
+c.KernelManager.ip = os.path.join(runtime, f"kernel-{uuid.uuid4().hex[:12]}")
 '''
 
 
