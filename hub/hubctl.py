@@ -8,6 +8,9 @@
                          the class list's new students: users, passwords, gradebook, roster
     python hub/hubctl.py start [--state DIR] [--port 8800]       the hub in its own session (a
                          hang-up does not reach it); returns when /hub/health answers
+                         [--bind-url https://0.0.0.0:443 --ssl-cert PEM --ssl-key PEM --public-url URL]
+                         the class's address, over TLS; [--auth oidc [--oidc JSON]] the
+                         university's OpenID Connect login instead of passwords (hub/auth/oauth.py)
     python hub/hubctl.py serve [--state DIR]                     the same in the foreground (systemd)
     python hub/hubctl.py stop [--state DIR] [--purge]            the hub, its services, every
                          server and every process of the class's users; the users, homes,
@@ -44,6 +47,7 @@ import re
 import secrets
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -380,6 +384,70 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+# ------------------------------------------------------------------ how the class reaches the hub, and logs in
+ACCESS_VARIABLES = ("TC_HUB_BIND_URL", "TC_HUB_SSL_CERT", "TC_HUB_SSL_KEY", "TC_HUB_PUBLIC_URL", "TC_HUB_OIDC")
+AUTH_CONFIGS = {"password": None, "oidc": HERE / "auth" / "oauth.py"}
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def access_env(state: Path, bind_url: str | None = None, ssl_cert: str | None = None, ssl_key: str | None = None,
+               public_url: str | None = None, auth: str = "password", oidc: str | None = None) -> dict:
+    """The hub's environment for its address and login (hub/README.md, "Students reach it").
+
+    ``bind_url``: where the proxy listens for the class (default: 127.0.0.1 only). Any other
+    address needs ``ssl_cert`` and ``ssl_key`` (the proxy terminates TLS): passwords never
+    cross a network in clear. The key must be root's alone. ``public_url``: the address
+    students type (default: the bind URL, when it names one address). ``auth``: "password"
+    (PAM, each person's own) or "oidc" (hub/auth/oauth.py; settings in ``oidc``, default
+    STATE/oidc.json).
+    """
+    from urllib.parse import urlsplit
+
+    env: dict[str, str] = {}
+    if bind_url:
+        parts = urlsplit(bind_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or not parts.port:
+            raise SystemExit(f"--bind-url: expected http(s)://ADDRESS:PORT, got {bind_url!r}")
+        if bool(ssl_cert) != bool(ssl_key):
+            raise SystemExit(f"--ssl-cert/--ssl-key: expected both or neither, got cert {ssl_cert!r}, key {ssl_key!r}")
+        if parts.hostname not in LOOPBACK and not ssl_cert:
+            raise SystemExit(f"--bind-url {bind_url}: a class reaches the hub over TLS only: give --ssl-cert and "
+                             "--ssl-key (or keep 127.0.0.1 behind a reverse proxy that terminates TLS)")
+        if ssl_cert:
+            for label, path in (("--ssl-cert", ssl_cert), ("--ssl-key", ssl_key)):
+                if not Path(path).is_file():
+                    raise SystemExit(f"{label}: expected a PEM file, got {path!r} (no such file)")
+            st = Path(ssl_key).stat()
+            if st.st_uid != 0 or st.st_mode & 0o077:
+                raise SystemExit(f"--ssl-key {ssl_key}: expected a key only root can read (chown root; chmod 600), "
+                                 f"got uid {st.st_uid}, mode {oct(st.st_mode & 0o777)}")
+            env.update(TC_HUB_SSL_CERT=str(Path(ssl_cert).resolve()), TC_HUB_SSL_KEY=str(Path(ssl_key).resolve()))
+        scheme = "https" if ssl_cert else "http"
+        env["TC_HUB_BIND_URL"] = f"{scheme}://{parts.netloc}"
+        if not public_url and parts.hostname not in ("0.0.0.0", "::"):
+            public_url = f"{scheme}://{parts.netloc}/"
+    if public_url:
+        env["TC_HUB_PUBLIC_URL"] = public_url
+    if auth not in AUTH_CONFIGS:
+        raise SystemExit(f"--auth: expected one of {sorted(AUTH_CONFIGS)}, got {auth!r}")
+    if AUTH_CONFIGS[auth]:
+        env["TC_HUB_AUTH_CONFIG"] = str(AUTH_CONFIGS[auth])
+        env["TC_HUB_OIDC"] = str(Path(oidc).resolve() if oidc else Path(state) / "oidc.json")
+    return env
+
+
+def probe_url(env: dict, port: int) -> str:
+    """Where the class's requests arrive (the proxy), for the health check from this machine."""
+    from urllib.parse import urlsplit
+
+    bind = env.get("TC_HUB_BIND_URL")
+    if not bind:
+        return f"http://127.0.0.1:{port}"
+    parts = urlsplit(bind)
+    host = "127.0.0.1" if parts.hostname in ("0.0.0.0", "::") else parts.netloc.rsplit(":", 1)[0]
+    return f"{parts.scheme}://{host}:{parts.port}"
+
+
 def hub_env(state: Path, port: int, venv: Path, roles: Path, chp: Path, extra: dict | None = None) -> dict:
     grader_python = os.environ.get("TC_GRADER_PYTHON") or (
         str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists()
@@ -390,7 +458,7 @@ def hub_env(state: Path, port: int, venv: Path, roles: Path, chp: Path, extra: d
            "TC_HUB_CHP": str(chp), "TC_HUB_PORT": str(port), "TC_GRADER_PYTHON": grader_python}
     for name in ("TC_HUB_MEMORY_MB", "TC_HUB_PROCESSES", "TC_HUB_CPU_SHARE", "TC_HUB_CULL_TIMEOUT",
                  "TC_HUB_CULL_EVERY", "TC_HUB_SPAWN_LIMIT", "COURSE_GRADING_SEED", "TC_GRADER_CELL_TIMEOUT",
-                 "TC_HUB_AUTH_CONFIG"):
+                 "TC_HUB_AUTH_CONFIG", *ACCESS_VARIABLES):
         if name in os.environ:
             env[name] = os.environ[name]
     return {**env, **(extra or {})}
@@ -422,10 +490,13 @@ def start_hub(cls: Class | None = None, *, port: int, venv: Path = DEFAULT_VENV,
                                 start_new_session=True,    # no controlling terminal: a hang-up never reaches it
                                 preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
     pidfile.write_text(str(proc.pid))
-    url = f"http://127.0.0.1:{port}"
+    url = probe_url(env, port)
+    # A liveness probe of our own child on our own address: it reads no secret and sends none, so
+    # it does not check the certificate (a CA-issued one names the public host, not this address).
+    probe = ssl._create_unverified_context() if url.startswith("https:") else None
     while True:
         try:
-            with urllib.request.urlopen(f"{url}/hub/health", timeout=2) as r:
+            with urllib.request.urlopen(f"{url}/hub/health", timeout=2, context=probe) as r:
                 if r.status == 200:
                     break
         except OSError:
@@ -524,6 +595,11 @@ def _state(args) -> Path:
     return Path(args.state).resolve()
 
 
+def _access(args, state: Path) -> dict:
+    return access_env(state, bind_url=args.bind_url, ssl_cert=args.ssl_cert, ssl_key=args.ssl_key,
+                      public_url=args.public_url, auth=args.auth, oidc=args.oidc)
+
+
 def cmd_setup(args) -> int:
     state = _state(args)
     cls = Class.load(state) if (state / "roster.json").exists() else Class([], [], Path(args.exchange))
@@ -549,7 +625,7 @@ def cmd_users(args) -> int:
 def cmd_start(args) -> int:
     state = _state(args)
     Class.load(state)                 # a set-up class is required
-    hub = start_hub(port=args.port, venv=Path(args.venv), state=state)
+    hub = start_hub(port=args.port, venv=Path(args.venv), state=state, extra_env=_access(args, state))
     print(f"hub up at {hub.url}/ in {hub.started_seconds:.1f} s (pid {hub.pid}, state {state}, log {hub.log})")
     return 0
 
@@ -561,7 +637,7 @@ def cmd_serve(args) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.append(1))
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    hub = start_hub(port=args.port, venv=Path(args.venv), state=state)
+    hub = start_hub(port=args.port, venv=Path(args.venv), state=state, extra_env=_access(args, state))
     print(f"hub up at {hub.url}/ in {hub.started_seconds:.1f} s (pid {hub.pid})", flush=True)
     while hub.alive() and not stopping:
         time.sleep(0.5)
@@ -634,6 +710,16 @@ def main(argv=None) -> int:
         p.add_argument("--venv", default=str(DEFAULT_VENV))
         if port:
             p.add_argument("--port", type=int, default=8800, help="127.0.0.1:PORT (and the next three)")
+            p.add_argument("--bind-url", help="where the class reaches the hub, e.g. https://0.0.0.0:443 "
+                           "(default 127.0.0.1:PORT); any address but loopback needs --ssl-cert and --ssl-key")
+            p.add_argument("--ssl-cert", help="the TLS certificate (PEM, with its chain) of the public address")
+            p.add_argument("--ssl-key", help="its private key (PEM; root's, mode 600)")
+            p.add_argument("--public-url", help="the address students type, e.g. https://hub.uni.example/ "
+                           "(default: the bind URL when it names one address)")
+            p.add_argument("--auth", choices=sorted(AUTH_CONFIGS), default="password",
+                           help="password: each person's own (PAM; default); oidc: the university's OpenID "
+                           "Connect login (hub/auth/oauth.py)")
+            p.add_argument("--oidc", help="the OpenID Connect settings (JSON, root's, mode 600; default STATE/oidc.json)")
         return p
 
     s = common(sub.add_parser("setup", help="users from a class list, the instructor, exchange, course folder"))

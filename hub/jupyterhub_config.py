@@ -12,6 +12,8 @@ state folder) with these settings in its environment:
     TC_GRADER_PYTHON   the Python that runs `python -m grader` (the project's .venv)
     TC_HUB_MEMORY_MB, TC_HUB_PROCESSES, TC_HUB_CPU_SHARE   limits per student (hub/limits.py)
     TC_HUB_CULL_TIMEOUT, TC_HUB_CULL_EVERY, TC_HUB_SPAWN_LIMIT   idle culling, concurrent spawns
+    TC_HUB_BIND_URL, TC_HUB_SSL_CERT, TC_HUB_SSL_KEY, TC_HUB_PUBLIC_URL   the class's address over TLS
+    TC_HUB_AUTH_CONFIG, TC_HUB_OIDC   the university's login instead of passwords (hub/auth/oauth.py)
 
 Every hub user is a system user (created by hubctl.py from the class list) who logs in with
 their own password (PAM); the spawner starts `jupyterhub-singleuser` from the hub's venv as that
@@ -55,6 +57,24 @@ c.JupyterHub.db_url = "sqlite:///jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = "jupyterhub_cookie_secret"
 c.JupyterHub.cleanup_servers = True            # stopping the hub stops every user's server
 c.JupyterHub.cleanup_proxy = True
+
+# ------------------------------------------------------------------ network: the class's address, over TLS
+# TC_HUB_BIND_URL (hubctl.py start --bind-url): where the proxy listens for the class, e.g.
+# https://0.0.0.0:443, with TC_HUB_SSL_CERT/KEY: the proxy (root, a child of the hub) terminates TLS.
+# The hub's API, the proxy's API, the services and every user's server stay on 127.0.0.1.
+# TC_HUB_PUBLIC_URL: the address students type (secure cookies, the login's callback).
+if os.environ.get("TC_HUB_BIND_URL"):
+    c.JupyterHub.ssl_cert = os.environ.get("TC_HUB_SSL_CERT", "")
+    c.JupyterHub.ssl_key = os.environ.get("TC_HUB_SSL_KEY", "")
+    c.JupyterHub.bind_url = os.environ["TC_HUB_BIND_URL"]
+if os.environ.get("TC_HUB_PUBLIC_URL"):
+    c.JupyterHub.public_url = os.environ["TC_HUB_PUBLIC_URL"]
+SERVER_CONFIG_FIRST, SERVER_CONFIG_LAST = [], []   # folders around the role's on the servers' JUPYTER_CONFIG_PATH
+if os.environ.get("TC_HUB_SSL_CERT") or os.environ.get("TC_HUB_PUBLIC_URL", "").startswith("https:"):
+    # every cookie TLS only: the hub's (its _xsrf too), the servers' login cookie (the spawner passes
+    # these options on) and the servers' _xsrf (hub/roles/tls)
+    c.JupyterHub.tornado_settings.update({"cookie_options": {"secure": True}})
+    SERVER_CONFIG_FIRST, SERVER_CONFIG_LAST = [os.path.join(ROLES, "tls")], [os.path.join(ROLES, "tls", "base")]
 
 # ------------------------------------------------------------------ who may log in
 # One identity per person: each hub user is a system user with their own password, checked by
@@ -151,7 +171,7 @@ def role_environment(spawner):
         # Searched after ~/.jupyter and before the venv's etc/jupyter: the role's extensions and
         # nbgrader settings win over the venv's defaults. (nbgrader writes into JUPYTER_CONFIG_DIR,
         # so the role folder, root-owned, cannot be that.)
-        JUPYTER_CONFIG_PATH=os.path.join(ROLES, role),
+        JUPYTER_CONFIG_PATH=os.pathsep.join([*SERVER_CONFIG_FIRST, os.path.join(ROLES, role), *SERVER_CONFIG_LAST]),
         TC_COURSE_ID=ROSTER["course_id"],
         TC_EXCHANGE=ROSTER["exchange"],
         PATH=f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
@@ -163,6 +183,7 @@ def role_environment(spawner):
 c.Spawner.pre_spawn_hook = role_environment
 
 # ------------------------------------------------------------------ another login (LMS, IdP)
-# TC_HUB_AUTH_CONFIG=hub/auth/lti13.py or hub/auth/oauth.py (templates: fill in, install the package).
+# TC_HUB_AUTH_CONFIG=hub/auth/oauth.py: the university's OpenID Connect login (hubctl.py start
+# --auth oidc; settings in TC_HUB_OIDC). hub/auth/lti13.py: an LTI 1.3 template (untested).
 if os.environ.get("TC_HUB_AUTH_CONFIG"):
     load_subconfig(os.environ["TC_HUB_AUTH_CONFIG"])  # noqa: F821
