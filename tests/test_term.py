@@ -99,7 +99,10 @@ def test_timestamp_of_nbgrader_exchange_and_collect(tmp_path):
     assert late.read_timestamp(tmp_path) is None
 
 
-def test_collect_writes_the_lms_times(tmp_path):
+def test_collect_writes_the_lms_times_and_never_the_files_time(tmp_path, capsys):
+    """Plain names with a times file: a row matches by whichever id or e-mail column it has (a Moodle
+    worksheet's empty ID number falls back to its e-mail); a student without a time gets no timestamp.txt
+    (not the file's time) and collect says how many; the file's time only with --file-times."""
     downloads = tmp_path / "downloads"
     downloads.mkdir()
     nb = json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
@@ -109,22 +112,33 @@ def test_collect_writes_the_lms_times(tmp_path):
     os.utime(downloads / f"alice_{NAME}.ipynb", (when, when))
     roster = [{"id": "bob", "email": "bob@example.org"}, {"id": "carol", "email": "carol@example.org"},
               {"id": "alice", "email": "alice@example.org"}]
-    canvas = tmp_path / "canvas.csv"          # Canvas submissions: submitted_at in ISO 8601 with Z
-    canvas.write_text("login_id,assignment,submitted_at\nbob@example.org,01_attention,2026-02-07T08:15:00Z\n")
-    times = late.load_lms_times(canvas, roster, None)
-    moodle = tmp_path / "worksheet.csv"       # Moodle's grading worksheet, in the site's time zone
-    moodle.write_text('Identifier,Full name,Email address,Status,Last modified (submission)\n'
-                      'Participant 1,Carol C,carol@example.org,Submitted,"Saturday, 7 February 2026, 9:00 AM"\n'
-                      'Participant 2,Dan D,,No submission,-\n')
-    times.update(late.load_lms_times(moodle, roster, NAME, "Europe/Berlin"))
+    canvas = tmp_path / "canvas.csv"          # submitted_at in ISO 8601 with Z, students by login
+    canvas.write_text("login_id,assignment,submitted_at\nbob@example.org,01_attention,2026-02-07T08:15:00Z\n"
+                      "mallory@example.org,01_attention,2026-02-07T08:15:00Z\n")
+    times, notes = late.load_lms_times(canvas, roster, None)
+    assert len(notes) == 1 and "mallory@example.org" in notes[0]           # named, not fatal
+    moodle = tmp_path / "worksheet.csv"       # Moodle's grading worksheet: ID number shown but empty
+    moodle.write_text('Identifier,Full name,ID number,Email address,Status,Last modified (submission)\n'
+                      'Participant 1,Carol C,,carol@example.org,Submitted,"Saturday, 7 February 2026, 9:00 AM"\n'
+                      'Participant 2,Dan D,,,No submission,-\n')
+    more, notes = late.load_lms_times(moodle, roster, NAME, "Europe/Berlin")
+    assert notes == [] and more == {("carol", NAME): dt.datetime(2026, 2, 7, 8, 0, tzinfo=UTC)}
+    times.update(more)
     copied, skipped = collect.collect(downloads, tmp_path / "submitted", [NAME], times=times)
     assert len(copied) == 3 and not skipped
     stamps = {s: late.read_timestamp(tmp_path / "submitted" / s / NAME) for s in ("alice", "bob", "carol")}
-    assert stamps == {"alice": "2026-02-05T10:00:00+00:00", "bob": "2026-02-07T08:15:00+00:00",
-                      "carol": "2026-02-07T08:00:00+00:00"}
-    with pytest.raises(late.ConfigError, match="not on the class list"):
-        canvas.write_text("login_id,assignment,submitted_at\nmallory@example.org,01_attention,2026-02-07T08:15:00Z\n")
-        late.load_lms_times(canvas, roster, None)
+    assert stamps == {"alice": None, "bob": "2026-02-07T08:15:00+00:00", "carol": "2026-02-07T08:00:00+00:00"}
+    lines = collect.summary(copied, skipped)
+    assert "1 submission has no submission time: time unknown, not checked for lateness (alice)" in lines
+    alice = next(m for m in copied if m.student == "alice")
+    assert "time unknown: not checked for lateness" in collect.describe(alice)
+    # only when asked: the file's own time
+    again, _ = collect.collect(downloads, tmp_path / "submitted", [NAME], times=times, file_times=True)
+    assert late.read_timestamp(tmp_path / "submitted" / "alice" / NAME) == "2026-02-05T10:00:00+00:00"
+    assert any("--file-times" in line for line in collect.summary(again, []))
+    # and a row without a time says so in the table
+    policy = late.load(_toml(tmp_path, '[due]\n"01_attention" = "2026-02-06T23:59Z"\n[late]\npolicy = "cutoff"\n'))
+    assert late.assess(policy, "alice", NAME, None, 5.0)["note"].startswith("time unknown: not checked for lateness")
 
 
 def test_timestamp_is_metadata_not_a_student_file(tmp_path):
@@ -190,10 +204,11 @@ def test_lms_exports_read_back_by_each_importers_rules(graded_class):
     rows = report.write_table(grades, policy=policy)
     written, warnings = lms.export(grades, rows, per_question=True, canvas_ids={NAME: 4711})
     assert [p.name for p in written] == ["canvas.csv", "moodle.csv", "canvas-questions.csv", "moodle-questions.csv"]
-    assert any("manual grading" in w for w in warnings)
+    assert any("manual grading" in w for w in warnings) and any("without any submission" in w for w in warnings)
     canvas = lms.read_canvas((grades / "lms" / "canvas.csv").read_text(encoding="utf-8"))
     assert canvas["assignments"] == [(NAME, "4711")] and canvas["points_possible"] == {NAME: 10.0}
-    final = {r["student"]: float(r["points"]) for r in rows}
+    final = {r["student"]: (None if r["status"] == grading.NO_SUBMISSION else float(r["points"])) for r in rows}
+    assert final["dan"] is None                                   # no submission: no grade, not 0
     assert {k[1]: v[NAME] for k, v in canvas["students"].items()} == final
     assert all(k[0] == "SIS User ID" for k in canvas["students"])
     text = (grades / "lms" / "canvas.csv").read_text(encoding="utf-8")
@@ -208,6 +223,11 @@ def test_lms_exports_read_back_by_each_importers_rules(graded_class):
     assert [t for t, _ in questions_csv["assignments"]] == [f"{NAME} test_softmax", f"{NAME} test_sdpa",
                                                            f"{NAME} written_values"]
     assert questions_csv["students"][("SIS User ID", "alice")][f"{NAME} test_sdpa"] == 6.0
+    assert set(questions_csv["students"][("SIS User ID", "dan")].values()) == {None}
+    dan_line = next(line for line in moodle_text.splitlines() if ",dan," in line)
+    assert dan_line.endswith(",-"), dan_line                       # Moodle's "no grade"
+    dan_canvas = next(line for line in text.splitlines() if ",dan," in line)
+    assert dan_canvas.endswith(","), dan_canvas                    # Canvas's blank
 
 
 @pytest.mark.parametrize("text,reader,message", [
