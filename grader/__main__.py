@@ -101,6 +101,7 @@ def cmd_demo(args) -> int:
     grades = out / "grades"
     report.import_roster(grades, DEMO / "classlist.csv")
     report.save_manual(grades, report.load_manual(DEMO))
+    _demo_collect(args, out, grades)
     limits = Limits(cell_timeout=args.cell_timeout, notebook_timeout=60, cpu_seconds=60)
     summary = grading.grade_class(course=grading.Course.at(args.course), submitted=out / "submitted",
                                   grades=grades, roster=[r["id"] for r in report.load_roster(grades)],
@@ -114,6 +115,23 @@ def cmd_demo(args) -> int:
     print(f"table: {grades / 'grades.csv'}   feedback: {grades / 'feedback'}/<student>/01_attention.html")
     _demo_term(args, out, grades, rows)
     return 0
+
+
+def _demo_collect(args, out: Path, grades: Path) -> None:
+    """Nine of the demo class arrive as Canvas's and Moodle's downloads: collected as `make collect` does."""
+    lms_dir = DEMO / "lms"
+    canvas, moodle = lms_dir / "canvas", lms_dir / "moodle"
+    runs = [("Canvas", next(canvas.glob("*.zip")), ["--canvas-gradebook", str(next(canvas.glob("*Grades*.csv"))),
+                                                    "--times", str(canvas / "submissions.json")]),
+            ("Moodle", next(moodle.glob("*.zip")), ["--moodle-worksheet", str(next(moodle.glob("Grades-*.csv"))),
+                                                    "--assignment", "01_attention"])]
+    for name, download, flags in runs:
+        shown = " ".join(f"{a.lstrip('-').upper().replace('-', '_')}={Path(b).relative_to(ROOT) if '/' in b else b}"
+                         for a, b in zip(flags[::2], flags[1::2]))
+        print(f"\n{name}: make collect LMS={download.relative_to(ROOT)} {shown}".replace("TIMES=", "LMS_TIMES="))
+        main(["--course", str(args.course), "--config", str(DEMO / late.CONFIG_NAME), "collect", str(download),
+              "--submitted", str(out / "submitted"), "--grades", str(grades), *flags])
+    print()
 
 
 def _demo_term(args, out: Path, grades: Path, rows: list[dict]) -> None:
@@ -135,7 +153,7 @@ def _demo_term(args, out: Path, grades: Path, rows: list[dict]) -> None:
               f"{', '.join(f'{a} + {b}' for a, b in pairs) or 'none'}  ({d['html']})")
     written, warnings = lms.export(grades, rows, per_question=True)
     print("LMS: " + ", ".join(str(p) for p in written) + (f" ({'; '.join(warnings)})" if warnings else ""))
-    qs = questions.Questions(grading.Course.at(args.course), grades, lambda: _write_table(grades))
+    qs = questions.Questions(grading.Course.at(args.course), grades, lambda: _write_table(grades), policy)
     print(f"written answers question by question: {qs.write_static()} "
           f"(`python -m grader questions --grades {grades} --serve` to enter points there)")
 

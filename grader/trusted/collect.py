@@ -389,7 +389,8 @@ def summary(matches: list[Match], skipped: list[str]) -> list[str]:
     by = {k: sum(1 for m in matches if m.lms == k) for k in ("canvas", "moodle", "names")}
     kinds = ", ".join(f"{n} {label}" for k, label in (("canvas", "from Canvas"), ("moodle", "from Moodle"),
                                                       ("names", "by file name")) if (n := by[k]))
-    lines = [f"{len(matches)} submissions collected" + (f" ({kinds})" if kinds else "") + f", {len(skipped)} files skipped"]
+    lines = [f"{len(matches)} submission{'s' if len(matches) != 1 else ''} collected" + (f" ({kinds})" if kinds else "")
+             + f", {len(skipped)} file{'s' if len(skipped) != 1 else ''} skipped"]
     resubmitted = sum(1 for m in matches if m.replaces)
     if resubmitted:
         lines.append(f"{resubmitted} resubmission{'s' if resubmitted != 1 else ''} replaced an older file")
