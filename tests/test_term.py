@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 
 import lms_downloads as L  # noqa: E402
-from grader.trusted import collect, grading, late, lms, questions, report  # noqa: E402
+from grader.trusted import collect, grading, late, lms, lmsfiles, questions, report  # noqa: E402
 
 NAME = "01_attention"
 UTC = dt.timezone.utc
@@ -367,6 +367,35 @@ def test_an_export_of_another_course_or_assignment_is_refused(tmp_path, capsys):
     assert "the download names Moodle participant 8801 'Alice Smith'" in out and "'Zed Other'" in out
     assert not (tmp_path / "submitted" / "alice").exists()
     assert "3 submissions collected (3 from Moodle), 3 files skipped" in out
+
+
+def test_a_students_own_zip_and_an_archive_inside_a_folder(tmp_path, capsys):
+    """A student who uploads a zip (inside the LMS's zip); the LMS's zip saved into a folder; a class-list
+    id that only looks like Canvas's name (no gradebook given) stays a plain name."""
+    import io
+    import zipfile
+
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as zf:
+        zf.writestr("work/01_attention.ipynb", _nb("alice-zipped"))
+    members = {L.moodle_path(L.MoodleFile("Alice Smith", 8801, "01_attention.zip", inner.getvalue())): inner.getvalue(),
+               L.moodle_path(L.MoodleFile("Björn Ångström", 8802, "01_attention.ipynb", _nb("bjorn"))): _nb("bjorn")}
+    L.write_zip(tmp_path / "downloads" / "TF101-01_attention-42.zip", members)
+    (tmp_path / "downloads" / "bob_1_2_01_attention.ipynb").write_bytes(_nb("bob-plain"))
+    worksheet = tmp_path / "ws.csv"
+    worksheet.write_text(L.moodle_worksheet([
+        {"participant": 8801, "fullname": "Alice Smith", "email": "alice@example.org", "submitted": DUE_UTC},
+        {"participant": 8802, "fullname": "Björn Ångström", "email": "bjorn@example.org", "submitted": DUE_UTC}],
+        ZoneInfo("UTC")), encoding="utf-8")
+    (tmp_path / "classlist.csv").write_text(CLASS + "bob_1_2,Bob,Plain,bob@example.org\n", encoding="utf-8")
+    report.import_roster(tmp_path / "grades", tmp_path / "classlist.csv")
+    roster = lmsfiles.Roster(report.load_roster(tmp_path / "grades"))
+    moodle = lmsfiles.read_moodle_worksheet(worksheet, roster, ZoneInfo("UTC"))
+    copied, skipped = collect.collect(tmp_path / "downloads", tmp_path / "submitted", [NAME], roster_ids=roster.ids,
+                                      moodle=moodle, moodle_assignment=NAME)
+    assert not skipped and sorted(m.student for m in copied) == ["alice", "bjorn", "bob_1_2"]
+    assert _tag(tmp_path / "submitted" / "alice" / NAME / f"{NAME}.ipynb") == "alice-zipped"
+    assert _tag(tmp_path / "submitted" / "bob_1_2" / NAME / f"{NAME}.ipynb") == "bob-plain"
 
 
 def test_collecting_again_says_what_it_replaced_and_leaves_no_stale_time(tmp_path, capsys):
