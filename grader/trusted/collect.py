@@ -135,7 +135,7 @@ def _archive(path: Path, rel: str, skipped: list[str]):
         yield _Entry(path, info.filename, info.filename, _zip_time(info))
 
 
-def _entries(lms: Path, assignments: list[str], skipped: list[str], is_file):
+def _entries(lms: Path, skipped: list[str], is_file):
     """Every file of the download: an archive's members, or a folder's files (zips in it that are not a
     student's file are the LMS's archives: their members)."""
     lms = Path(lms)
@@ -264,7 +264,7 @@ def plan(lms_dir: Path, assignments: list[str], pattern: str | None = None, *, r
     p = _Plan(assignments, pattern, set(roster_ids), canvas, moodle, moodle_assignment)
     skipped: list[str] = []
     groups: dict[tuple[str, str], list[Match]] = {}
-    for e in _entries(Path(lms_dir), assignments, skipped, p.is_students_file):
+    for e in _entries(Path(lms_dir), skipped, p.is_students_file):
         got = p.classify(e)
         if got is None:
             skipped.append(f"{e.label} (name does not match an LMS's download or <student>_<assignment>.ipynb)")
