@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime as dt
+import io
 import json
 import os
 import re
@@ -358,6 +359,17 @@ def test_an_lms_download_without_its_export_is_listed_not_guessed(tmp_path, caps
         _collect(tmp_path, download, flags[:2], capsys)
 
 
+def test_canvas_gradebook_with_semicolons_and_a_bom(tmp_path, capsys):
+    """Canvas writes ';' between fields for a user whose locale has a decimal comma, and may add a BOM."""
+    download, flags = canvas_term(tmp_path)
+    gradebook = Path(flags[1])
+    rows = list(csv.reader(gradebook.read_text(encoding="utf-8").splitlines()))
+    out = io.StringIO()
+    csv.writer(out, delimiter=";", lineterminator="\n").writerows(rows)
+    gradebook.write_text("\ufeff" + out.getvalue(), encoding="utf-8")
+    _check_collected(tmp_path, _collect(tmp_path, download, flags, capsys), "Canvas", 3)
+
+
 def test_an_export_of_another_course_or_assignment_is_refused(tmp_path, capsys):
     """The names an LMS writes into its download must agree with its export's names for those ids."""
     download, flags = moodle_term(tmp_path)
@@ -372,7 +384,6 @@ def test_an_export_of_another_course_or_assignment_is_refused(tmp_path, capsys):
 def test_a_students_own_zip_and_an_archive_inside_a_folder(tmp_path, capsys):
     """A student who uploads a zip (inside the LMS's zip); the LMS's zip saved into a folder; a class-list
     id that only looks like Canvas's name (no gradebook given) stays a plain name."""
-    import io
     import zipfile
 
     inner = io.BytesIO()

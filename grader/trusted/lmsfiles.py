@@ -20,7 +20,7 @@ Canvas (instructure/canvas-lms)
   * the gradebook export (Grades > Export) -- ``lib/gradebook_exporter.rb``: header ``Student`` (or
     ``LastName, FirstName``), ``ID`` (the user id of the file names), ``SIS User ID``, ``SIS Login
     ID``, [``Integration ID``, ``Root Account``], ``Section``, assignments...; then an optional
-    muted row and a ``Points Possible`` row.
+    muted row and a ``Points Possible`` row; "," or ";" between fields, maybe a BOM.
   * submission times -- the Submissions API (``GET /api/v1/courses/:course_id/assignments/
     :assignment_id/submissions``): a JSON list of submissions with ``user_id`` and ``submitted_at``
     (ISO 8601, UTC; null when nothing was submitted), or a CSV with ``user_id`` and ``submitted_at``.
@@ -187,9 +187,13 @@ class Person:
 
 
 def _read_csv(path: Path, what: str) -> list[list[str]]:
+    """Rows of a UTF-8 CSV (a BOM dropped); ";"-separated when the header is (Canvas writes ";" for users whose
+    locale has a decimal comma or who ask for it: CSVWithI18n.csv_i18n_settings)."""
     try:
         with Path(path).open(newline="", encoding="utf-8-sig") as fh:
-            return list(csv.reader(fh))
+            first = fh.readline()
+            fh.seek(0)                                  # utf-8-sig drops the BOM again after a seek to 0
+            return list(csv.reader(fh, delimiter=";" if first.count(";") > first.count(",") else ","))
     except FileNotFoundError:
         raise LMSFileError(f"{what} {path} does not exist") from None
     except (UnicodeDecodeError, csv.Error) as exc:
