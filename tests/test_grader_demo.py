@@ -271,7 +271,7 @@ def test_the_term_collects_canvas_and_moodle_downloads(graded):
     assert rows["lena_two_days_late"]["submitted"] == "2026-02-08 09:00 UTC"     # Canvas's submitted_at
     assert rows["max_after_cutoff"]["submitted"] == "2026-02-16 10:00 UTC"       # Moodle's worksheet
     # the resubmissions, not the first files (the untouched release, 0 points), were graded
-    assert rows["rita_own_work"]["raw_points"] == "8" and rows["carol_wrong_scale"]["raw_points"] == "2"
+    assert rows["rita_own_work"]["raw_points"] == "8" and rows["dave_edited_tests"]["raw_points"] == "2"
 
 
 def test_the_term_similarity_flags_the_copied_pair_only(graded):
