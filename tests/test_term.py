@@ -644,7 +644,8 @@ def test_question_page_saves_from_a_real_browser(graded_class):
     server = questions.serve(_questions(grades), 0, announce=lambda *_: None)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    try:
+
+    def drive():
         with sync_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
             try:
@@ -674,6 +675,22 @@ def test_question_page_saves_from_a_real_browser(graded_class):
                 assert page.input_value("input[name='comment:alice']") == "names both roles; no example"
             finally:
                 browser.close()
+
+    failure = []                  # a thread of its own: an xdist worker may hold another test's sync Playwright
+
+    def run():
+        try:
+            drive()
+        except BaseException as exc:  # noqa: BLE001 -- re-raised below, in the test's thread
+            failure.append(exc)
+
+    try:
+        browsing = threading.Thread(target=run)
+        browsing.start()
+        browsing.join(timeout=600)
+        assert not browsing.is_alive(), "the browser did not finish in 600 s"
+        if failure:
+            raise failure[0]
     finally:
         server.shutdown()
         server.server_close()
