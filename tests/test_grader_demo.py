@@ -255,6 +255,25 @@ def test_the_term_late_rule_columns(graded):
     assert "late policy" in graded["stdout"] and "lena_two_days_late: submitted" in graded["stdout"]
 
 
+def test_the_term_collects_canvas_and_moodle_downloads(graded):
+    """Nine students arrive as Canvas's and Moodle's downloads (tests/fixtures/demo_class/lms/), collected
+    through the gradebook export and the grading worksheet before grading, with the LMSs' own times."""
+    out, rows = graded["stdout"], graded["rows"]
+    assert "5 submissions collected (5 from Canvas), 1 file skipped" in out
+    assert "4 submissions collected (4 from Moodle), 2 files skipped" in out
+    assert out.count("1 resubmission replaced an older file") == 2 and "2 marked LATE by Canvas" in out
+    assert "1 submission has no submission time: time unknown, not checked for lateness (sam_copies_rita)" in out
+    assert "1 submission has no submission time: time unknown, not checked for lateness (amy_stderr_and_warnings)" in out
+    assert "Canvas user 1099 is not in Canvas's gradebook export" in out
+    assert "Moodle participant 3099 is not in this assignment's Moodle grading worksheet" in out
+    for student in ("sam_copies_rita", "amy_stderr_and_warnings"):           # no time: said, never guessed
+        assert rows[student]["submitted"] == "" and "time unknown: not checked for lateness" in rows[student]["details"]
+    assert rows["lena_two_days_late"]["submitted"] == "2026-02-08 09:00 UTC"     # Canvas's submitted_at
+    assert rows["max_after_cutoff"]["submitted"] == "2026-02-16 10:00 UTC"       # Moodle's worksheet
+    # the resubmissions, not the first files (the untouched release, 0 points), were graded
+    assert rows["rita_own_work"]["raw_points"] == "8" and rows["dave_edited_tests"]["raw_points"] == "2"
+
+
 def test_the_term_similarity_flags_the_copied_pair_only(graded):
     with (graded["grades"] / "similarity" / "01_attention.csv").open() as fh:
         flagged = {(r["student_a"], r["student_b"]) for r in csv.DictReader(fh) if r["flagged"]}
@@ -270,9 +289,10 @@ def test_the_term_lms_files_and_question_pages(graded):
 
     canvas = lms.read_canvas((graded["grades"] / "lms" / "canvas.csv").read_text())
     moodle = lms.read_moodle((graded["grades"] / "lms" / "moodle.csv").read_text(), "Email address")
-    for student, (points, _, _) in EXPECTED.items():
-        assert canvas["students"][("SIS User ID", student)]["01_attention"] == points
-    assert moodle["lena@example.org"]["01_attention"] == 8
+    for student, (points, status, _) in EXPECTED.items():       # no submission: no grade (blank / -), not 0
+        want = None if status == "no submission" else points
+        assert canvas["students"][("SIS User ID", student)]["01_attention"] == want, student
+        assert moodle[f"{student.split('_')[0]}@example.org"]["01_attention"] == want, student
     assert (graded["grades"] / "lms" / "moodle-questions.csv").exists()
     page = (graded["grades"] / "questions" / "01_attention" / "written_values.html").read_text()
     assert "Mark scheme" in page and page.count("class='answer'") == len(EXPECTED)
