@@ -184,6 +184,13 @@ def rope_backward(grad_output, positions, base=10000.0):
     out[..., 1::2] = -even * s + odd * c
     return out
 '''},
+    "RoPE backward with frequencies exp(-2i/d ln base) (their last bits differ from base ** (-2i/d))": {
+        "rope_backward": '''
+def rope_backward(grad_output, positions, base=10000.0):
+    d = grad_output.shape[-1]
+    theta = np.asarray(positions)[:, None] * np.exp(-np.arange(0, d, 2) / d * np.log(base))
+    return rotate_pairs(grad_output, np.cos(theta), -np.sin(theta))
+'''},
     "K/V gradient with a loop over groups": {"kv_head_gradient": '''
 def kv_head_gradient(grad_per_query_head, n_kv_heads):
     group = grad_per_query_head.shape[0] // n_kv_heads
