@@ -13,14 +13,19 @@ computed as ``p * base**(-2i/d)`` or ``p * exp(-2i/d * log(base))`` carries ~1e-
 log-softmax, an absolute ~1e-13). So 1e-10 leaves a factor of >= 100 over the largest of those,
 and still sits far below float32's unit round-off 2**-24 = 6e-8: a function that computes a float64
 task in float32 anywhere (a table, an accumulation, a cast) errs by ~1e-8..1e-7 of the scale and fails.
+Measured (the published solutions, every alternative of tests/mutants and the three independent students
+of tests/fixtures, seeds 2000..2019, 2000..2099 for 10 and 11): at most 3.8e-13 (RoPE at positions up to
+8192, frequencies as exp(-2i/d ln base)), 2.8e-13 (rope_backward, the same), 1.7e-13 (a one-pass variance in
+layer_norm_backward), 5.7e-14 (cross-entropy of logits offset by ~1000 through logsumexp); most below 1e-15.
 
 FLOAT32_TOL = 1e-4 -- float32 inputs, where the docstring promises a float32 result. A float32
-computation rounds at u = 2**-24 = 6e-8 per operation; an output of these cases accumulates at most
-~100 products (d_ff <= 72, d_model <= 24, two or three layers of them) on terms of at most ~10
-times the output's scale, so a bound of 100 * 10 * 6e-8 = 6e-5 holds for any evaluation order and
-for intermediate float64 (which only lowers the error). The reference is the float64 computation
-from the same float32 inputs. These cases exist for the dtype and for float32's own hazards (exp
-overflowing at 88.7); the values themselves are held to FLOAT64_TOL by the float64 cases.
+computation rounds at u = 2**-24 = 6e-8 per operation; an output of these cases goes through at most
+~100 roundings along its longest chain (inner dimensions <= 48, two or three layers of products, a
+softmax, a layer norm) on terms of at most ~10 times the output's scale, so 100 * 10 * 6e-8 = 6e-5
+bounds it for any evaluation order and for intermediate float64 (which only lowers the error). The
+reference is the float64 computation from the same float32 inputs. Measured as above: at most 3.5e-7.
+These cases exist for the dtype and for float32's own hazards (exp overflowing at 88.7); the values
+themselves are held to FLOAT64_TOL by the float64 cases.
 """
 
 from __future__ import annotations
