@@ -223,12 +223,23 @@ def remove_user(name: str) -> None:
 
 
 # ------------------------------------------------------------------ the course on the hub
-def install_roles(venv: Path) -> Path:
-    """Root-owned, world-readable copies of hub/roles/ and the Formgrader MathJax template."""
-    roles = venv / "share" / "tc-hub" / "roles"
+def roles_dir(venv: Path, state: Path) -> Path:
+    """This hub's copy of the role folders: one per state folder (hubs of other checkouts on the host keep theirs)."""
+    import hashlib
+
+    key = hashlib.sha256(str(Path(state).resolve()).encode()).hexdigest()[:12]
+    return venv / "share" / "tc-hub" / "hubs" / key / "roles"
+
+
+def install_roles(venv: Path, state: Path = DEFAULT_STATE) -> Path:
+    """Root-owned, world-readable copies of hub/roles/ (for this hub), the Formgrader MathJax template,
+    the hub's python3 kernelspec and the tc_hub package (with the grader's inert.py) in the venv."""
+    roles = roles_dir(venv, state)
     if roles.exists():
         shutil.rmtree(roles)
     shutil.copytree(HERE / "roles", roles)
+    for folder in (roles.parent, roles.parent.parent):
+        folder.chmod(0o755)
     templates = venv / "share" / "jupyter" / "nbconvert" / "templates" / "formgrade"
     templates.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(HERE / "formgrader" / "mathjax.html.j2", templates / "mathjax.html.j2")
@@ -245,7 +256,17 @@ def install_roles(venv: Path) -> Path:
             shutil.copyfile(source, tmp)
             os.chmod(tmp, 0o644)
             tmp.replace(target)
-    for path in [roles, *roles.rglob("*"), templates, *templates.iterdir(), package, *package.glob("*.py")]:
+    # the kernelspec "python3" the servers find first (their JUPYTER_PATH): tc_hub.kernel, no TCP socket
+    kernels = venv / "share" / "tc-hub" / "kernels" / "python3"
+    kernels.mkdir(parents=True, exist_ok=True)
+    spec = json.dumps({"argv": [str(venv / "bin" / "python"), "-m", "tc_hub.kernel", "-f", "{connection_file}"],
+                       "display_name": "Python 3 (ipykernel)", "language": "python",
+                       "metadata": {"debugger": False}}, indent=1) + "\n"
+    if not (kernels / "kernel.json").exists() or (kernels / "kernel.json").read_text() != spec:
+        (kernels / "kernel.json.tmp").write_text(spec)
+        (kernels / "kernel.json.tmp").replace(kernels / "kernel.json")
+    for path in [roles, *roles.rglob("*"), templates, *templates.iterdir(), package, *package.glob("*.py"),
+                 kernels.parent, kernels, kernels / "kernel.json"]:
         os.chown(path, 0, 0)
         path.chmod(0o755 if path.is_dir() else 0o644)
     return roles
@@ -544,7 +565,7 @@ def start_hub(cls: Class | None = None, *, port: int, venv: Path = DEFAULT_VENV,
     if pidfile.exists() and _alive(int(pidfile.read_text())):
         raise SystemExit(f"a hub runs already from {state} (pid {pidfile.read_text().strip()}): hubctl.py stop first")
     mount_volumes(cls or Class.load(state), state)
-    roles = install_roles(venv)
+    roles = install_roles(venv, state)
     env = hub_env(state, port, venv, roles, chp, extra_env)
     log = state / "jupyterhub.log"
     t0 = time.monotonic()
@@ -630,6 +651,9 @@ def teardown(cls: Class, state: Path | None = None) -> None:
     storage.release_volume(cls.exchange)
     if cls.exchange.exists():
         shutil.rmtree(cls.exchange)
+    if state is not None:
+        for venv in {DEFAULT_VENV, Path(os.environ.get("HUB_VENV", DEFAULT_VENV))}:   # (HUB_VENV: make, the tests)
+            shutil.rmtree(roles_dir(venv, state).parent, ignore_errors=True)
     if state is not None:
         shutil.rmtree(state, ignore_errors=True)
 

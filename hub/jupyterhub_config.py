@@ -187,6 +187,8 @@ def role_environment(spawner):
         # nbgrader settings win over the venv's defaults. (nbgrader writes into JUPYTER_CONFIG_DIR,
         # so the role folder, root-owned, cannot be that.)
         JUPYTER_CONFIG_PATH=os.path.join(ROLES, role),
+        # the kernelspec python3 found first: tc_hub.kernel, a kernel with no TCP socket (hubctl.install_roles)
+        JUPYTER_PATH=os.path.join(VENV, "share", "tc-hub"),
         TC_COURSE_ID=ROSTER["course_id"],
         TC_EXCHANGE=ROSTER["exchange"],
         PATH=f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin",

@@ -18,7 +18,9 @@ Formgrader run): release, fetch, submit, list, collect. What A tries, as A's uid
   submission folder's mode (0755 here; nbgrader's own submit leaves it 0777) refuse it.
 
 A collected notebook is made inert (tc_hub/exchange.py -> inert.py), and a home filesystem
-refuses writes past its size. Needs root and the hub's venv (`make hub-env`); about 100 s here under load (each nbgrader
+refuses writes past its size. On a clean clone of HEAD, offline (pip pointed at nothing),
+``make students CLASSLIST=late.csv`` on this hub host adds the late student with their name in
+the gradebook and leaves no .venv; ``make env`` offline fails and leaves no .venv either. Needs root and the hub's venv (`make hub-env`); about 100 s here under load (each nbgrader
 command is a fresh Python).
 """
 
@@ -31,6 +33,7 @@ import pwd
 import secrets
 import shutil
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -64,11 +67,11 @@ def exchange_class(tmp_path_factory):
     try:
         hubctl.add_users(cls, state, [f"{base}-i"], [f"{base}-a", f"{base}-b"])
         hubctl.setup_course(cls, HUB_VENV, state)
-        roles = hubctl.install_roles(HUB_VENV)
+        roles = hubctl.install_roles(HUB_VENV, state)
         yield {"cls": cls, "state": state, "roles": roles}
     finally:
         hubctl.stop_hub(state=state, cls=cls)
-        hubctl.teardown(cls, state)
+        hubctl.teardown(hubctl.Class.load(state) if (state / "roster.json").exists() else cls, state)
         shutil.rmtree(f"/srv/{base}", ignore_errors=True)
 
 
@@ -227,3 +230,37 @@ def test_a_home_is_a_filesystem_of_its_own(exchange_class):
     size = (home / "big").stat().st_size
     assert size <= HOME_MB * 2**20, size
     (home / "big").unlink()
+
+
+def test_make_students_on_a_hub_host_works_offline(exchange_class, tmp_path):
+    k = exchange_class
+    state, cls = k["state"], k["cls"]
+    (instructor,) = cls.instructors
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(ROOT), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", head.stdout.strip()], check=True)
+    late = f"{cls.students[0].rsplit('-', 1)[0]}-late"
+    classlist = tmp_path / "late.csv"
+    classlist.write_text(f"id,first_name,last_name,email\n{late},Late,Comer,late@example.org\n")
+    offline = dict(os.environ, PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_EXTRA_INDEX_URL="", PIP_FIND_LINKS="",
+                   PIP_CONFIG_FILE=os.devnull, PIP_CONSTRAINT="", PIP_RETRIES="0", PIP_TIMEOUT="2")
+    offline.pop("VIRTUAL_ENV", None)
+    done = subprocess.run(["make", "-C", str(clone), "students", f"CLASSLIST={classlist}", f"HUB_STATE={state}",
+                           f"HUB_VENV={HUB_VENV}"], env=offline, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert not (clone / ".venv").exists(), "make students built (or started) a .venv on a hub host"
+    assert late in hubctl.Class.load(state).students and pwd.getpwnam(late)
+    from nbgrader.api import Gradebook
+
+    ihome = Path(pwd.getpwnam(instructor).pw_dir)
+    with Gradebook(f"sqlite:///{ihome / 'course' / 'gradebook.db'}", cls.course_id) as gb:
+        person = gb.find_student(late)
+        assert (person.first_name, person.last_name, person.email) == ("Late", "Comer", "late@example.org")
+    assert "Late,Comer" in (ihome / "grades" / "students.csv").read_text()
+    assert os.path.ismount(Path(pwd.getpwnam(late).pw_dir))
+
+    env = subprocess.run(["make", "-C", str(clone), "env", "PYTHON=/usr/bin/python3"], env=offline,
+                         capture_output=True, text=True, timeout=600)
+    assert env.returncode != 0 and not (clone / ".venv").exists(), env.stdout[-1500:] + env.stderr[-1500:]
+    assert "removed the incomplete" in env.stderr
