@@ -10,8 +10,9 @@
 #   make hub-env        the hub's own venv in $(HUB_VENV) (Debian's python3: hub users must run it)
 #   make hub-proxy      configurable-http-proxy 5.3.0 from npm into hub/node_modules (npm ci)
 #   make hub-image      the single-user image for Zero to JupyterHub (repo2docker + Docker; hub/values.yaml)
-#   make hub-test       the browser test of the whole loop (tests/test_hub_browser.py), the service test and the
-#                       Dask grading test (tests/test_grader_dask.py)
+#   make hub-test       the browser test of the whole loop with a curious student's attacks (tests/test_hub_browser.py),
+#                       the service test (logins, limits, kernels, /tmp), the exchange's attacks
+#                       (tests/test_hub_exchange.py) and the Dask grading test (tests/test_grader_dask.py)
 #
 # The hub creates system users and starts their servers: it runs as root, through sudo when make
 # is not root (as the grader does).
@@ -62,8 +63,9 @@ $(VENV)/.hub-installed: requirements/hub.txt $(VENV)/.core-installed
 	$(PIP) install -r requirements/hub.txt
 	@touch $@
 
-hub-test: test-env $(VENV)/.hub-installed hub-env hub-proxy browser-deps ## browser test of the whole hub loop (two notebooks) + the service test + Dask grading test
-	TC_HUB_BROWSER=1 $(PY) -m pytest tests/test_hub_browser.py tests/test_hub_service.py tests/test_grader_dask.py -p no:cacheprovider --timeout=1800 -v --durations=0 -s
+hub-test: test-env $(VENV)/.hub-installed hub-env hub-proxy browser-deps ## browser test of the whole hub loop (two notebooks, XSS payloads, a forgery) + the service, exchange and Dask grading tests
+	TC_HUB_BROWSER=1 HUB_VENV=$(HUB_VENV) $(PY) -m pytest tests/test_hub_browser.py tests/test_hub_service.py tests/test_hub_exchange.py \
+		tests/test_inert.py tests/test_grader_dask.py -p no:cacheprovider --timeout=1800 -v --durations=0 -s
 
 # 30 (HUB_SPAWNS) servers started at once on 127.0.0.1: time and memory (hub/README.md). Not in make test.
 HUB_SPAWNS ?= 30
