@@ -29,6 +29,8 @@ library: the hub installs a copy of this file into its venv (hubctl.install_role
 from __future__ import annotations
 
 import copy
+import functools
+import json
 import re
 from html.parser import HTMLParser
 
@@ -65,7 +67,8 @@ PLAIN_RELATIVE = re.compile(r"^(?!/)(?!.*\.\.)[A-Za-z0-9_./#-]*$")   # an image 
 TEX_ACTIVE = re.compile(r"\\(href|url)\s*\{\s*(?!https?:|mailto:)|\\(style|class|cssId|data|attr|unicode|require)\b")
 SAFE_GRADE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 OUTPUT_KEEP = {"text/plain", "application/json", *RASTER}
-NOTE = "*This answer held HTML, links or scripts a browser could run; it is shown below as text.*"
+NOTE = ("*Shown as text: this cell held markup a browser could run (HTML, a link, a script), or markup that "
+        "could not be rendered safely.*")
 
 
 def _url_problem(value: str, image: bool) -> str | None:
@@ -173,16 +176,23 @@ def render_markdown(source: str, attachments: dict | None = None) -> str:
 
 
 def markdown_problems(source: str, attachments: dict | None = None) -> list[str]:
+    """What in this markdown, rendered as Formgrader renders it, is not on the allowlist ([]: none)."""
+    key = json.dumps(attachments, sort_keys=True) if attachments else ""
+    return list(_markdown_problems(source, key))
+
+
+@functools.lru_cache(maxsize=4096)     # a class's notebooks share the instructor's cells: each is checked once
+def _markdown_problems(source: str, attachments_json: str) -> tuple[str, ...]:
     try:
-        html = render_markdown(source, attachments)
+        html = render_markdown(source, json.loads(attachments_json) if attachments_json else None)
     except Exception as exc:                              # a missing attachment, a renderer error
-        return [f"markdown the renderer refused ({type(exc).__name__})"]
+        return (f"markdown the renderer refused ({type(exc).__name__})",)
     found = html_problems(html)
     typeset = re.sub(r"<(pre|code)\b.*?</\1>", "", html, flags=re.S)   # MathJax skips code (skipHtmlTags)
     tex = TEX_ACTIVE.search(typeset)
     if tex:
         found.append(f"TeX command {tex.group(0)[:20]!r} (MathJax makes links and styles)")
-    return found
+    return tuple(found)
 
 
 def verbatim(source: str) -> str:
@@ -287,7 +297,6 @@ def inert_file(path) -> list[str]:
 
     A file that is not a readable notebook is left as it is (the grader reports it as such).
     """
-    import json
     from pathlib import Path
 
     path = Path(path)
