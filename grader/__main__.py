@@ -256,7 +256,8 @@ def cmd_formgrader(args) -> int:
 
     n = formgrader.push(course=grading.Course.at(args.course), grades=Path(args.grades),
                         db_url=args.db_url, course_id=args.course_id,
-                        autograded=Path(args.autograded) if args.autograded else None)
+                        autograded=Path(args.autograded) if args.autograded else None,
+                        submitted=Path(args.submitted) if args.submitted else None, students=args.student or None)
     print(f"{n} submissions written to the gradebook; open formgrader to grade written answers, then "
           f"`python -m grader table` picks the hand grades up")
     return 0
@@ -399,6 +400,9 @@ def main(argv=None) -> int:
     f.add_argument("--db-url", default=None, help="default: the course's nbgrader_config.py gradebook")
     f.add_argument("--course-id", default=None, help="default: nbgrader_config.py's course_id")
     f.add_argument("--autograded", default=None, help="default: <course>/autograded")
+    f.add_argument("--submitted", default=None, help="the collected submissions (their timestamp.txt); default: "
+                                                     "<course>/submitted")
+    f.add_argument("--student", action="append", help="only this student (repeatable)")
     f.set_defaults(func=cmd_formgrader)
 
     y = sub.add_parser("similarity", help="similarity report of the solution cells (never changes a grade)")

@@ -14,6 +14,7 @@ state folder) with these settings in its environment:
     TC_HUB_CULL_TIMEOUT, TC_HUB_CULL_EVERY, TC_HUB_SPAWN_LIMIT   idle culling, concurrent spawns
     TC_HUB_BIND_URL, TC_HUB_SSL_CERT, TC_HUB_SSL_KEY, TC_HUB_PUBLIC_URL   the class's address over TLS
     TC_HUB_AUTH_CONFIG, TC_HUB_OIDC   the university's login instead of passwords (hub/auth/oauth.py)
+    TC_HUB_TMP_MB      each server's private /tmp, /var/tmp, /dev/shm (tmpfs, MiB; hub/storage.py)
 
 Every hub user is a system user (created by hubctl.py from the class list) who logs in with
 their own password (PAM); the spawner starts `jupyterhub-singleuser` from the hub's venv as that
@@ -36,6 +37,7 @@ from jupyterhub.spawner import LocalProcessSpawner
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import limits  # noqa: E402
+import storage  # noqa: E402
 
 c = get_config()  # noqa: F821  (provided by traitlets)
 
@@ -124,10 +126,14 @@ c.JupyterHub.load_roles = [
 # ------------------------------------------------------------------ each user's server
 LIMITS = limits.Limits.from_env()
 LIMIT_MODE = limits.mode()
+# Each server's own /tmp, /var/tmp, /dev/shm (a tmpfs in a mount namespace of its own): nothing
+# there is seen by another user or outlives the server, and it counts in the student's memory.
+TMP_MB = int(os.environ.get("TC_HUB_TMP_MB", "1024"))
+PRIVATE_TMP = TMP_MB > 0 and storage.private_tmp_works()
 
 
 class CourseSpawner(LocalProcessSpawner):
-    """The local process spawner, with the user's server put into their cgroup before it drops root."""
+    """The local process spawner: the user's server enters their cgroup and gets its own /tmp before it drops root."""
 
     def make_preexec_fn(self, name):
         inner = super().make_preexec_fn(name)
@@ -135,9 +141,38 @@ class CourseSpawner(LocalProcessSpawner):
 
         def preexec():
             limits.enter(dirs, LIMITS)
+            if PRIVATE_TMP:
+                storage.private_tmp(TMP_MB)
             inner()
 
         return preexec
+
+
+def stop_everything_left(spawner):
+    """When a server stops, so does everything it started (a process left behind would keep its
+    private /tmp and /dev/shm alive): every process still in the user's cgroup, or of their uid."""
+    import signal
+
+    name = spawner.user.name
+    pids = limits.members(name) if LIMIT_MODE != "rlimit" else []
+    if LIMIT_MODE == "rlimit":
+        uid = pwd.getpwnam(name).pw_uid
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and _owner(p) == uid]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _owner(pid: str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except FileNotFoundError:
+        return None
+
+
+c.Spawner.post_stop_hook = stop_everything_left
 
 
 c.JupyterHub.spawner_class = CourseSpawner
@@ -172,9 +207,13 @@ def role_environment(spawner):
         # nbgrader settings win over the venv's defaults. (nbgrader writes into JUPYTER_CONFIG_DIR,
         # so the role folder, root-owned, cannot be that.)
         JUPYTER_CONFIG_PATH=os.pathsep.join([*SERVER_CONFIG_FIRST, os.path.join(ROLES, role), *SERVER_CONFIG_LAST]),
+        # the kernelspec python3 found first: tc_hub.kernel, a kernel with no TCP socket (hubctl.install_roles)
+        JUPYTER_PATH=os.path.join(VENV, "share", "tc-hub"),
         TC_COURSE_ID=ROSTER["course_id"],
         TC_EXCHANGE=ROSTER["exchange"],
         PATH=f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
+        # kernels' IPC sockets and the server's runtime files: in the private /tmp (0700), with a short path
+        **({"JUPYTER_RUNTIME_DIR": "/tmp/jupyter-runtime"} if PRIVATE_TMP else {}),
         OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
         **({"TC_GRADER_URL": f"http://127.0.0.1:{GRADER_PORT}/services/grader/"} if role == "instructor" else {}),
     )

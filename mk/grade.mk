@@ -60,8 +60,11 @@ collect: env ## an LMS's download (LMS=zip or folder) into submitted/: CANVAS_GR
 		$(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) $(if $(LMS_TIMES),--times "$(LMS_TIMES)") \
 		$(if $(FILE_TIMES),--file-times)
 
-students: env ## import a class list (CLASSLIST=file.csv with id,first_name,last_name,email); on a hub host also its hub users
-	$(GRADER) students import $(CLASSLIST) --grades $(GRADE_OUT)
-	@# a hub host (hubctl.py setup made $(HUB_STATE), root only): run as root there
+# On a hub host (`hubctl.py setup` made $(HUB_STATE)/roster.json, root only) the class lives in the hub:
+# `make students` adds the hub users, their names to the instructor's gradebook and ~/grades, and needs
+# neither .venv nor the network (the hub's venv runs it). Elsewhere: the class list into grades/.
+.SECONDEXPANSION:
+students: $$(if $$(wildcard $$(HUB_STATE)/roster.json),,env) ## import a class list (CLASSLIST=file.csv with id,first_name,last_name,email); on a hub host its hub users
 	@if [ -f "$(HUB_STATE)/roster.json" ]; then \
-	  $(HUB_SUDO) $(HUB_VENV)/bin/python hub/hubctl.py users --state $(HUB_STATE) --classlist $(CLASSLIST) --venv $(HUB_VENV); fi
+	  $(HUB_SUDO) $(HUB_VENV)/bin/python hub/hubctl.py users --state $(HUB_STATE) --classlist $(CLASSLIST) --venv $(HUB_VENV); \
+	else $(GRADER) students import $(CLASSLIST) --grades $(GRADE_OUT); fi

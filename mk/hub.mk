@@ -11,9 +11,11 @@
 #   make hub-proxy      configurable-http-proxy 5.3.0 from npm into hub/node_modules (npm ci)
 #   make hub-idp        node-oidc-provider 9.13.3 (npm ci) for the login test: a local OpenID Connect provider
 #   make hub-image      the single-user image for Zero to JupyterHub (repo2docker + Docker; hub/values.yaml)
-#   make hub-test       the browser test of the whole loop (tests/test_hub_browser.py), the service test, the
-#                       Dask grading test (tests/test_grader_dask.py) and the class's way in (tests/test_hub_reach.py:
-#                       TLS on a network namespace's address, the university's OpenID Connect login)
+#   make hub-test       the browser test of the whole loop with a curious student's attacks (tests/test_hub_browser.py),
+#                       the service test (logins, limits, kernels, /tmp), the exchange's attacks
+#                       (tests/test_hub_exchange.py), the Dask grading test (tests/test_grader_dask.py) and the
+#                       class's way in (tests/test_hub_reach.py: TLS on a network namespace's address, the
+#                       university's OpenID Connect login)
 #
 # `make hub-start` reaches a class on a real address over TLS with HUB_BIND_URL=https://0.0.0.0:443
 # HUB_SSL_CERT=... HUB_SSL_KEY=... [HUB_PUBLIC_URL=https://hub.uni.example/], and logs in with the
@@ -75,8 +77,9 @@ $(VENV)/.hub-installed: requirements/hub.txt $(VENV)/.core-installed
 	$(PIP) install -r requirements/hub.txt
 	@touch $@
 
-hub-test: test-env $(VENV)/.hub-installed hub-env hub-proxy hub-idp browser-deps ## browser test of the whole hub loop (two notebooks) + the service test + Dask grading test + TLS and OpenID Connect login
-	TC_HUB_BROWSER=1 HUB_VENV=$(HUB_VENV) $(PY) -m pytest tests/test_hub_browser.py tests/test_hub_service.py tests/test_grader_dask.py tests/test_hub_reach.py -p no:cacheprovider --timeout=1800 -v --durations=0 -s
+hub-test: test-env $(VENV)/.hub-installed hub-env hub-proxy hub-idp browser-deps ## browser test of the whole hub loop (two notebooks, XSS payloads, a forgery) + the service, exchange and Dask grading tests + TLS and OpenID Connect login
+	TC_HUB_BROWSER=1 HUB_VENV=$(HUB_VENV) $(PY) -m pytest tests/test_hub_browser.py tests/test_hub_service.py tests/test_hub_exchange.py \
+		tests/test_inert.py tests/test_grader_dask.py tests/test_hub_reach.py -p no:cacheprovider --timeout=1800 -v --durations=0 -s
 
 # 30 (HUB_SPAWNS) servers started at once on 127.0.0.1: time and memory (hub/README.md). Not in make test.
 HUB_SPAWNS ?= 30

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -36,6 +37,7 @@ import make_demo_class  # noqa: E402
 from grader.trusted import supervisor  # noqa: E402
 
 pytestmark = pytest.mark.slow
+DEMO = ROOT / "tests" / "fixtures" / "demo_class"
 
 MANUAL = "needs manual grading"
 # student: (points out of 10, status, why). Autograded points: test_softmax 2 + test_sdpa 3 + test_lookup_query 3
@@ -322,7 +324,8 @@ def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path
         "c.CourseDirectory.source_directory = 'source'\n"
         f"c.CourseDirectory.db_url = {db_url!r}\n")
     out = subprocess.run([sys.executable, "-m", "grader", "formgrader", "--grades", str(graded["grades"]),
-                          "--db-url", db_url, "--course-id", "demo", "--autograded", str(course / "autograded")],
+                          "--db-url", db_url, "--course-id", "demo", "--autograded", str(course / "autograded"),
+                          "--submitted", str(DEMO / "submitted")],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     with Gradebook(db_url, course_id="demo") as gb:
@@ -358,6 +361,15 @@ def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path
         by_student = {x["student"]: x for x in listing}
         assert len(by_student) == 36
         assert by_student["carol_wrong_scale"]["score"] == 3.5
+        # Manage Submissions: every submission that ran is "autograded" (its gradebook time is the
+        # submitted folder's timestamp.txt, as nbgrader compares them), with the class list's names
+        url = f"http://127.0.0.1:{port}/formgrader/api/submissions/01_attention?token=t"
+        shutil.copytree(DEMO / "submitted", course / "submitted")     # where Manage Submissions reads timestamps
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            manage = {x["student"]: x for x in json.loads(resp.read())}
+        ran = set(by_student)
+        assert {s for s, x in manage.items() if s in ran and not x["autograded"]} == set(), manage
+        assert manage["alice_correct"]["first_name"] == "Alice" and manage["alice_correct"]["last_name"] == "Demo"
         carol = by_student["carol_wrong_scale"]["id"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/formgrader/submissions/{carol}/?token=t",
                                     timeout=30) as resp:
