@@ -355,3 +355,37 @@ def test_validate_refuses_what_the_grader_refuses_in_the_students_kernel(tmp_pat
         exercise = code.split("def ")[-1].split("(")[0]
         assert message.startswith(exercise + " ") and named in message and "not available while grading" in message, \
             (label, message)
+
+
+def _imports(code: str) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(textwrap.dedent(code))):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_honest_answers_the_tests_grade_use_only_what_the_rule_allows():
+    """The course's solutions and the independent students' answers (tests/fixtures/independent_solutions.py: what
+    honest students hand in) import only the standard library, NumPy, matplotlib and the course package: the grader
+    gives them their points, and Validate says Success. (Four answers once used SciPy: entr, block_diag, expit,
+    norm.)"""
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+    import correct_class
+    from independent_solutions import INDEPENDENT
+
+    allowed = set(sys.stdlib_module_names) | {"numpy", "matplotlib", "transformer_course", "threadpoolctl"}
+    bad = []
+    for notebook, exercises in INDEPENDENT.items():
+        for exercise, bodies in exercises.items():
+            for i, body in enumerate(bodies):
+                bad += [(notebook, exercise, i, m) for m in _imports(body) - allowed]
+    for name in correct_class.notebooks():
+        nb = correct_class.correct_submission(name)
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "code" and (cell.get("metadata", {}).get("nbgrader", {}) or {}).get("solution"):
+                bad += [(name, "solution", cell["metadata"]["nbgrader"]["grade_id"], m)
+                        for m in _imports("".join(cell["source"])) - allowed]
+    assert not bad, f"answers that import what the grader's sandbox does not hold: {bad}"

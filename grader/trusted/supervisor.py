@@ -360,7 +360,10 @@ class Zygote:
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "PYTHONDONTWRITEBYTECODE": "1"}
         self.log = open(self.dir / "zygote.log", "wb")
-        self.proc = subprocess.Popen([sys.executable, "-I", str(HERE / "zygote.py"), str(theirs.fileno())],
+        # -I: no user site, no PYTHONPATH; -S: no site.py, so no .pth file of the environment runs in the zygote
+        # (setuptools' distutils shim, the editable install's finder): it imports only what the rule allows
+        self.proc = subprocess.Popen([sys.executable, "-I", "-S", str(HERE / "zygote.py"), str(theirs.fileno()),
+                                      sys.prefix, sysconfig.get_paths()["purelib"]],
                                      pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         theirs.close()

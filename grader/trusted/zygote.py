@@ -312,6 +312,10 @@ def serve(sock):
 def main():
     global seccomp
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)     # the grader died: so does the zygote
+    # Started with -S (no site.py, so no .pth file runs): what site.py's venv() would set, by hand -- the
+    # environment's prefix and its site-packages, which the sandbox shows as the rule's view of it.
+    sys.prefix = sys.exec_prefix = sys.argv[2]
+    sys.path.append(sys.argv[3])
     sys.path.insert(0, HERE)
     import seccomp  # noqa: F401  (grader/trusted/seccomp.py)
     sys.path.remove(HERE)

@@ -11,7 +11,7 @@ from ._checks import as_float_array, check_array, check_same_shape
 # The rational approximations of the Cephes library's ndtr.c (S. L. Moshier), which SciPy's erf also
 # evaluates: erf(x) = x T(x^2) / U(x^2) for |x| <= 1, and 1 - exp(-x^2) P(x) / Q(x) for 1 < |x| < 6;
 # beyond 6, erfc(6) = 2e-17 is below half an ulp of 1, so erf is +-1 in float64. U and Q are monic (their
-# leading 1 is left out). tests/test_activations_erf.py: within 1 ulp of scipy.special.erf on 2 million points.
+# leading 1 is left out). tests/test_exercise_rule.py: within 1 ulp of scipy.special.erf on 440,000 points.
 _ERF_T = (9.60497373987051638749e0, 9.00260197203842689217e1, 2.23200534594684319226e3,
           7.00332514112805075473e3, 5.55923013010394962768e4)
 _ERF_U = (3.35617141647503099647e1, 5.21357949780152679795e2, 4.59432382970980127987e3,
@@ -24,41 +24,64 @@ _ERFC_Q = (1.32281951154744992508e1, 8.67072140885989742329e1, 3.549377788878198
            1.65666309194161350182e3, 5.57535340817727675546e2)
 
 
-def _horner(x: np.ndarray, coefficients, monic: bool = False) -> np.ndarray:
-    """The polynomial with ``coefficients`` (highest power first; a leading 1 left out if ``monic``) at x."""
-    y = x + coefficients[0] if monic else np.full_like(x, coefficients[0])
+_CHUNK = 1 << 14                 # numbers per pass: the work arrays stay in the cache (3x faster than whole arrays)
+
+
+def _horner(out: np.ndarray, x: np.ndarray, coefficients, monic: bool = False) -> None:
+    """``out`` = the polynomial with ``coefficients`` (highest power first; a leading 1 left out if ``monic``) at
+    ``x``, in place (``out`` and ``x`` distinct)."""
+    if monic:
+        np.add(x, coefficients[0], out=out)
+    else:
+        out.fill(coefficients[0])
     for c in coefficients[1:]:
-        y *= x
-        y += c
-    return y
+        out *= x
+        out += c
 
 
 def erf(x, out=None) -> np.ndarray:
     """The error function ``erf(x) = 2/sqrt(pi) * integral_0^x exp(-t^2) dt``, element-wise, in NumPy.
 
-    Evaluated in float64 and returned in ``x``'s floating dtype (float64 for integers; float16 is
-    computed in float64 too). ``out``: an array to write the result into, as a ufunc's ``out=``.
-    erf(+-inf) = +-1, erf(nan) = nan, erf(-0.0) = -0.0. Within 1 ulp of ``scipy.special.erf``.
+    Evaluated in float64 and returned in ``x``'s floating dtype (float64 for integers). ``out``: an array to
+    write the result into, as a ufunc's ``out=``. erf(+-inf) = +-1, erf(nan) = nan, erf(-0.0) = -0.0.
+    Within 1 ulp of ``scipy.special.erf``, at about its speed (both forms are evaluated on every number, a
+    chunk at a time, and the right one kept: no gathering of the numbers of each range).
     """
     x = np.asarray(x)
     dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
-    x = x.astype(np.float64, copy=False)
-    result = np.sign(x, out=np.empty_like(x))            # |x| >= 6: +-1 (and nan stays nan, -0.0 stays -0.0)
-    ax = np.abs(x)
-    inner = ax <= 1.0
-    xi = x[inner]
-    z = xi * xi
-    result[inner] = xi * _horner(z, _ERF_T) / _horner(z, _ERF_U, monic=True)
-    middle = (ax > 1.0) & (ax < 6.0)
-    xm = ax[middle]
-    tail = np.exp(-xm * xm)                              # erfc(|x|) = exp(-x^2) P(|x|) / Q(|x|)
-    tail *= _horner(xm, _ERFC_P)
-    tail /= _horner(xm, _ERFC_Q, monic=True)
-    result[middle] = np.copysign(1.0 - tail, x[middle])
+    result = out if out is not None and out.flags.c_contiguous else np.empty(x.shape, dtype)
+    src, dst = x.reshape(-1), result.reshape(-1)
+    n = min(_CHUNK, src.size)
+    xs, z, inner, outer, ax = (np.empty(n) for _ in range(5))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
+        for start in range(0, src.size, _CHUNK):
+            m = min(_CHUNK, src.size - start)
+            xv, zv, iv, ov, av = xs[:m], z[:m], inner[:m], outer[:m], ax[:m]
+            xv[...] = src[start:start + m]
+            np.multiply(xv, xv, out=zv)
+            _horner(iv, zv, _ERF_T)                      # |x| <= 1: x T(x^2) / U(x^2)
+            iv *= xv
+            _horner(ov, zv, _ERF_U, monic=True)
+            iv /= ov
+            np.abs(xv, out=av)                           # 1 < |x| < 6: 1 - exp(-x^2) P(|x|) / Q(|x|), x's sign
+            np.minimum(av, 6.0, out=av)
+            _horner(ov, av, _ERFC_P)
+            np.negative(zv, out=zv)
+            np.exp(zv, out=zv)
+            ov *= zv
+            _horner(zv, av, _ERFC_Q, monic=True)
+            ov /= zv
+            np.subtract(1.0, ov, out=ov)
+            np.copysign(ov, xv, out=ov)
+            np.abs(xv, out=av)
+            np.copyto(ov, np.copysign(1.0, xv), where=av >= 6.0)     # beyond 6: +-1 (erfc(6) = 2e-17)
+            np.copyto(ov, iv, where=av <= 1.0)
+            dst[start:start + m] = ov
     if out is not None:
-        out[...] = result
+        if result is not out:
+            out[...] = result
         return out
-    return result.astype(dtype, copy=False)[()]          # a 0-d input gives a scalar, as a ufunc does
+    return result[()]                                    # a 0-d input gives a scalar, as a ufunc does
 
 
 def relu(x) -> np.ndarray:
