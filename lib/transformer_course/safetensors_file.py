@@ -110,9 +110,9 @@ def write_safetensors(arrays: dict, path, metadata: dict | None = None) -> Path:
         blob = np.ascontiguousarray(a, dtype=little).tobytes()
         header[name] = {"dtype": kind, "shape": list(a.shape), "data_offsets": [offset, offset + len(blob)]}
         blobs.append(blob)
-        offset += len(blob)
+        offset = offset + len(blob)
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * (-len(text) % 8)
+    text = text + b" " * (-len(text) % 8)                 # padded to 8 bytes, as safetensors writes it
     path = Path(path)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
