@@ -146,8 +146,11 @@ def attempt(name):
 def say(key, value):                               # one short line each: the runner cuts lines at 1,000 characters
     print("PROBE " + json.dumps([key, value]))
 say("preloaded", sorted({{m.split(".")[0] for m in sys.modules}} & set(blocked)))
+import time
+started = time.perf_counter()
 outcomes = {{n: attempt(n) for n in blocked}}
 say("blocked_tried", len(outcomes))
+say("seconds_per_refused_import", (time.perf_counter() - started) / max(1, len(outcomes)))   # shown, not asserted
 say("blocked_wrong", {{n: how for n, how in outcomes.items() if how != "rule"}})
 say("allowed", {{n: attempt(n) for n in allowed}})
 sys.path.extend(hidden)

@@ -51,7 +51,7 @@ from pathlib import Path
 LIBRARIES = {
     "numpy": "the course computes everything with NumPy",
     "matplotlib": "cells draw (so does the course's plotting module)",
-    "threadpoolctl": "09's set-up cell holds BLAS at one thread with it; it computes nothing",
+    "threadpoolctl": "09's and 11's set-up cells hold BLAS at one thread with it; it computes nothing",
 }
 # distribution -> why the grader's cell runner needs it (not for exercises: nothing here computes one)
 RUNNER = {
