@@ -389,3 +389,33 @@ def test_the_honest_answers_the_tests_grade_use_only_what_the_rule_allows():
                 bad += [(name, "solution", cell["metadata"]["nbgrader"]["grade_id"], m)
                         for m in _imports("".join(cell["source"])) - allowed]
     assert not bad, f"answers that import what the grader's sandbox does not hold: {bad}"
+
+
+def test_the_kernel_finds_its_notebook_in_a_folder_of_several(tmp_path):
+    """No session name, a folder holding every notebook (a student's flat folder): the notebook is the one whose
+    exercises the student's own cells define -- not what a set-up cell imports from the package (09 imports softmax,
+    layer_norm, generate, ...); a tie (softmax_backward, asked by 02 and 10) goes to the earlier, stricter one."""
+    for name in ("01_attention", "02_scaling", "09_llm", "10_learning"):
+        (tmp_path / f"{name}.ipynb").write_text("{}")
+    script = textwrap.dedent('''
+        import json, os
+        os.environ.pop("JPY_SESSION_NAME", None)
+        from IPython.core.interactiveshell import InteractiveShell
+        shell = InteractiveShell.instance()
+        seen = []
+        def run(code):
+            shell.run_cell(code)
+            seen.append(shell._course_exercise_rule.current())
+        run("import numpy as np\\nfrom transformer_course.testing import assert_close\\n"
+            "from transformer_course import softmax, layer_norm, generate, sample_next_token, causal_mask")
+        run("def rms_norm(x, weight, eps=1e-5):\\n    return x")
+        run("def swiglu(x, W_gate, W_up, W_down):\\n    return x")
+        shell.user_ns.clear()
+        run("from transformer_course.testing import assert_close\\ndef softmax_backward(p, g):\\n    return g")
+        run("def attention_backward(grad_output, Q, K, V, mask=None):\\n    return Q")
+        run("def embedding_backward(grad, ids, vocab_size):\\n    return grad")
+        print("SEEN" + json.dumps(seen))
+    ''')
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    seen = json.loads(proc.stdout.split("SEEN", 1)[1])
+    assert seen == [None, "09_llm", "09_llm", "02_scaling", "10_learning", "10_learning"], (seen, proc.stderr[-2000:])

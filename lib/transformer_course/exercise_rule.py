@@ -240,6 +240,9 @@ class _Monitor:
 
     # -- which notebook
     def current(self) -> str | None:
+        """The notebook this kernel runs: the one its session names (JupyterLab sets JPY_SESSION_NAME), else the
+        one of its folder (the folder's name, or the only course notebook in it: nbgrader validate, nbval), else
+        the one whose exercises the kernel's own functions are named like."""
         if self.fixed:
             return self.notebook
         notebooks = self.table.get("notebooks", {})
@@ -255,10 +258,13 @@ class _Monitor:
         if cwd.name in notebooks or len(here) == 1:
             self.notebook, self.fixed = (cwd.name if cwd.name in notebooks else here[0]), True
             return self.notebook
-        defined = {n for n, v in self.ns.items() if isinstance(v, types.FunctionType)}
+        defined = {n for n, v in self.ns.items()         # written in this kernel: not what a set-up cell imports
+                   if isinstance(v, types.FunctionType) and (v.__globals__ is self.ns or hasattr(v, "__exercise_rule__"))}
         counts = {nb: len(defined & set(r["exercises"])) for nb, r in notebooks.items()}
         best = max(counts.values(), default=0)
-        self.notebook = max((nb for nb, c in counts.items() if c == best), default=None) if best else None
+        # a tie (02 and 10 both ask for softmax_backward): the earlier notebook, the stricter (a later one offers
+        # what an earlier one asked for)
+        self.notebook = min((nb for nb, c in counts.items() if c == best), default=None) if best else None
         return self.notebook
 
     # -- wrapping
