@@ -22,7 +22,7 @@ Enforced in two places, from this one module:
 * **While grading** (grader/trusted/supervisor.py, zygote.py): the sandbox's ``site-packages`` is a view that
   holds only the allowed distributions' files (:func:`site_view`); every other Python package folder of the
   machine is hidden. Importing anything else fails with :func:`library_message`; the package copy's stubs
-  raise :class:`NotAvailableWhileGrading` with :func:`twin_message`.
+  raise ``NotImplementedError`` with :func:`twin_message`.
 * **In the student's kernel** (Validate, JupyterLab's Validate button, Run All): importing the course's
   ``testing`` module (every notebook does, for ``assert_close``) watches the notebook's exercises
   (:func:`watch`). While one runs, a call into a library the grader does not offer, or into the package's
@@ -75,8 +75,8 @@ STATEMENT = ("an exercise may use NumPy, the Python standard library, matplotlib
 
 
 class NotAvailableWhileGrading(NotImplementedError):
-    """The package's twin of an exercise (or a course module this notebook does not import), called where the
-    grader's copy does not have it: raised by the grader's stubs, and by :func:`watch` in the student's kernel."""
+    """Raised by :func:`watch` in the student's kernel where an exercise calls the package's twin of an exercise (or a
+    course module the notebook's copy leaves out): a NotImplementedError, as the grader's stubs raise."""
 
 
 class LibraryNotAvailableWhileGrading(ModuleNotFoundError):
