@@ -291,8 +291,13 @@ MONITOR_CASES = {
                               "def sentence_embeddings(states, attention_mask):\n"
                               "    return stu.normalize_embeddings\nsentence_embeddings(None, None)",
                               "sentence_transformers"),
-    "tokenizers": ("07_pretrained_minilm", "def embed_tokens(*args):\n    from tokenizers import Tokenizer\n"
-                   "    return None\nembed_tokens()", "tokenizers"),
+    "tokenizers": ("07_pretrained_minilm", "from transformer_course.pretrained import minilm_path\n"
+                   "def embed_tokens(*args):\n    from tokenizers import Tokenizer\n"
+                   "    return Tokenizer.from_file(str(minilm_path() / 'tokenizer.json')).token_to_id('[PAD]')\n"
+                   "embed_tokens()", "tokenizers"),
+    "an import alone": ("07_pretrained_minilm", "def sentence_embeddings(states, attention_mask):\n"
+                        "    import sentence_transformers               # not used: costs nothing, as while grading\n"
+                        "    return states\nsentence_embeddings(None, None)", None),
     "safetensors": ("11_finetune", "import safetensors.numpy as stn\ndef lora_forward(x, W, A, B, scale):\n"
                     "    return stn.load(stn.save({'y': x @ W.T + scale * (x @ A.T) @ B.T}))['y']\n"
                     "lora_forward(np.ones((1, 2)), np.eye(2), np.ones((1, 2)), np.ones((2, 1)), 1.0)", "safetensors"),

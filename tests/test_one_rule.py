@@ -17,10 +17,12 @@ Each attacker, through ``Validator`` (what ``nbgrader validate`` and JupyterLab'
 Success; the attacked exercises' test cells fail with the grader's message naming the exercise and the rule; every
 test cell the grader scores 0 fails, and a cell that fails besides does by the same rule (its visible checks call an
 attacked exercise: 03's merge_heads test splits with split_heads, whose points the grader gives from its hidden
-test alone). A fourth student of notebook 01 probes the sandbox itself: every installed distribution the rule leaves out
-is not importable (with the rule's message), also from the Python folders of the base interpreter and /usr added
-to sys.path and from a fresh interpreter; the allowed ones import; the zygote left nothing of them in
-``sys.modules``; site-packages is read-only.
+test alone). A fourth student of notebook 01 probes the sandbox itself: every installed distribution the rule leaves out is
+not there (imported from a student's cell it is a stand-in whose every use raises the rule's message; from anywhere
+else the import fails with it), also from the Python folders of the base interpreter and /usr added to sys.path and
+from a fresh interpreter; the allowed ones import; the zygote left nothing of them in ``sys.modules``;
+site-packages is read-only. A fifth imports PyTorch and SciPy in the set-up cell for a cell of their own: every
+point, and Validate says Success ("the exercise scores 0 only if it needed it").
 """
 
 from __future__ import annotations
@@ -136,9 +138,13 @@ PROBE = r'''
 import importlib, json, os, subprocess, sys
 blocked, allowed, hidden, site = {blocked!r}, {allowed!r}, {hidden!r}, {site!r}
 def attempt(name):
+    # imported in a student's cell, a library left out is a stand-in: any use of it says the rule
     try:
-        importlib.import_module(name)
-        return "imported"
+        module = importlib.import_module(name)
+        if type(module).__name__ != "NotAvailableModule":
+            return "imported"
+        module.anything_at_all(1)
+        return "a stand-in that can be used"
     except ModuleNotFoundError as e:
         return "rule" if "{rule}" in str(e) else "plain: " + str(e)[:60]
     except Exception as e:
@@ -156,6 +162,12 @@ say("allowed", {{n: attempt(n) for n in allowed}})
 sys.path.extend(hidden)
 importlib.invalidate_caches()
 say("from_hidden_folders", {{n: attempt(n) for n in ("scipy", "sympy", "yaml", "torch")}})
+from scipy.special import erf as _erf                 # a from-import too: bound, and refused when used
+try:
+    _erf(0.5)
+    say("from_import_refused", False)
+except ModuleNotFoundError as e:
+    say("from_import_refused", "{rule}" in str(e))
 say("hidden_not_empty", [h for h in hidden if os.path.isdir(h) and os.listdir(h)])
 say("fresh_interpreter", subprocess.run([sys.executable, "-c", "import scipy"], capture_output=True).returncode)
 say("usr_bin_python3_yaml", subprocess.run(["/usr/bin/python3", "-c", "import yaml"], capture_output=True).returncode
@@ -183,6 +195,7 @@ def graded(tmp_path_factory):
         students[("twin", name)] = submission(name, twin_cells(name))
         students[("library", name)] = submission(name, library_cells(name)[1])
     students[("probe", NOTEBOOKS[0])] = submission(NOTEBOOKS[0], {}, extra=probe)
+    students[("imports_unused", NOTEBOOKS[0])] = _imports_unused(NOTEBOOKS[0])
     for (student, name), nb in students.items():
         path = out / "submitted" / student / name / f"{name}.ipynb"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -195,6 +208,15 @@ def graded(tmp_path_factory):
     records = {key: json.loads((out / "grades" / "results" / key[0] / f"{key[1]}.json").read_text())
                for key in students}
     return {"dir": out, "records": records, "students": students, "site": site}
+
+
+def _imports_unused(name: str) -> dict:
+    """An honest student who imports PyTorch and SciPy in the set-up cell and uses them in a cell of their own,
+    never in an exercise: the import costs nothing, the exercises keep every point (and Validate says Success)."""
+    nb = submission(name, {}, extra="x = torch.ones(3)\nprint(scipy.special.softmax(x.numpy()))   # my own look\n")
+    first = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    first["source"] = "import torch\nimport scipy.special\n" + "".join(first["source"])
+    return nb
 
 
 def _failed_tests(record: dict) -> set[str]:
@@ -227,6 +249,23 @@ def test_the_honest_students_get_every_point(graded):
         assert r["auto_points"] == sum(t["max_points"] for t in r["tests"]) > 0
         errors = [(c["index"], c["error"]) for c in r["cells"] if c.get("error")]
         assert not errors, f"{name}: a correct submission's cells raise while grading (issue 38, point 4): {errors}"
+
+
+def test_an_import_the_exercises_do_not_need_costs_nothing(graded, tmp_path):
+    """'The exercise scores 0 only if it needed it': a student's set-up cell that imports libraries the rule leaves
+    out, used only in the student's own cell, keeps every point; that cell fails while grading, with the rule's
+    message (it runs in the student's kernel); Validate says Success, as the grader gives every point."""
+    name = NOTEBOOKS[0]
+    record = graded["records"]["imports_unused", name]
+    assert not _failed_tests(record) and record["auto_points"] == graded["records"]["honest", name]["auto_points"]
+    errors = [c["error"] for c in record["cells"] if c.get("error")]
+    assert len(errors) == 1 and RULE in errors[0]["evalue"], errors
+    folder = tmp_path / "my work"
+    folder.mkdir()
+    path = folder / f"{name}.ipynb"
+    nbformat.write(nbformat.from_dict(graded["students"]["imports_unused", name]), path)
+    result, failed = _validate(path)
+    assert "failed" not in result and not failed, failed
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -277,6 +316,7 @@ def test_the_sandbox_holds_only_what_the_rule_allows(graded):
     assert set(probe["allowed"].values()) == {"imported"}, probe["allowed"]
     assert set(probe["from_hidden_folders"].values()) == {"rule"}, probe["from_hidden_folders"]
     assert site["hide"] and probe["hidden_not_empty"] == [], probe
+    assert probe["from_import_refused"] is True
     assert probe["fresh_interpreter"] != 0 and probe["usr_bin_python3_yaml"] in (None, 1), probe
     assert probe["site_writable"] is False
     assert record["auto_points"] == graded["records"]["honest", NOTEBOOKS[0]]["auto_points"]

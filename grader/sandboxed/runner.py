@@ -33,25 +33,84 @@ class CellTimeout(BaseException):
     """Raised in a cell that ran longer than the per-cell time limit."""
 
 
-def not_available(rule) -> None:
+def not_available(rule, user_ns) -> None:
     """The course's rule, in words, for a library the sandbox does not hold (transformer_course/exercise_rule.py).
 
-    What is importable is decided by the file system (the sandbox's site-packages holds only the allowed
-    distributions); this finder, consulted after every other one has found nothing, only replaces Python's
-    "No module named 'scipy'" by the rule's message for the names installed on the machine but left out.
-    Removing it changes the message, not what can be imported."""
+    What is importable is decided by the file system: the sandbox's site-packages holds only the allowed
+    distributions. This finder, consulted after every other one has found nothing, acts on the names installed on
+    the machine but left out:
+
+    * imported by the student's cells (``import torch`` in a set-up cell, ``from scipy.special import erf``), the
+      name is bound to a stand-in whose every use -- a call, an attribute's call, arithmetic, conversion -- raises
+      the rule's message. So an import costs nothing by itself, and an exercise scores 0 only if it needs the
+      library -- as Validate judges it (the library is installed there, and watched inside the exercises only);
+    * imported by anything else (an allowed library's optional import, the course package), the import fails with
+      the rule's message, as a missing module does.
+
+    Removing it changes the message and when it comes, never what can be used."""
     if not rule or not rule.get("names"):
         return
+    import importlib
     import importlib.abc
+    import importlib.machinery
+    import types
 
     names, message = frozenset(rule["names"]), rule["message"]
+    machinery = {importlib.__file__}
+
+    def refuse(what):
+        return ModuleNotFoundError(message.replace("{name}", what.partition(".")[0]), name=what)
+
+    class Unavailable:
+        """What ``name`` stands for while grading: every use says the rule."""
+
+        __slots__ = ("_name",)
+
+        def __init__(self, name):
+            object.__setattr__(self, "_name", name)
+
+        def __getattr__(self, attr):
+            if attr.startswith("__") and attr.endswith("__"):
+                raise AttributeError(attr)
+            return Unavailable(f"{self._name}.{attr}")
+
+        def _refuse(self, *args, **kwargs):
+            raise refuse(self._name)
+
+        __call__ = __iter__ = __len__ = __bool__ = __getitem__ = __setitem__ = __contains__ = _refuse
+        __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _refuse
+        __matmul__ = __rmatmul__ = __pow__ = __neg__ = __float__ = __int__ = __index__ = __array__ = _refuse
+        __enter__ = __mro_entries__ = _refuse
+
+        def __repr__(self):
+            return f"<{self._name}: not available while grading>"
+
+    class NotAvailableModule(types.ModuleType):
+        def __getattr__(self, attr):
+            if attr.startswith("__") and attr.endswith("__"):
+                raise AttributeError(attr)
+            return Unavailable(f"{self.__name__}.{attr}")
+
+    class StandIn(importlib.abc.Loader):
+        def create_module(self, spec):
+            module = NotAvailableModule(spec.name)
+            module.__path__ = []                   # a package: `import scipy.special` goes on to the stand-in
+            return module
+
+        def exec_module(self, module):
+            pass
 
     class NotAvailableWhileGrading(importlib.abc.MetaPathFinder):
         def find_spec(self, fullname, path=None, target=None):
-            top = fullname.partition(".")[0]
-            if top in names:
-                raise ModuleNotFoundError(message.replace("{name}", top), name=fullname)
-            return None
+            if fullname.partition(".")[0] not in names:
+                return None
+            frame = sys._getframe(1)
+            while frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib")
+                                         or frame.f_code.co_filename in machinery):
+                frame = frame.f_back
+            if frame is not None and frame.f_globals is user_ns:          # the student's own cells
+                return importlib.machinery.ModuleSpec(fullname, StandIn(), is_package=True)
+            raise refuse(fullname)
 
     sys.meta_path.append(NotAvailableWhileGrading())
 
@@ -76,7 +135,6 @@ def main(job_file: str = "/grading/job.json") -> None:
 
     for path in job.get("sys_path", []):
         sys.path.insert(0, path)
-    not_available(job.get("not_available"))
 
     # Warnings a headless run produces on every plot: noise, not the student's doing.
     warnings.filterwarnings("ignore", message=".*non-interactive.*")
@@ -91,6 +149,7 @@ def main(job_file: str = "/grading/job.json") -> None:
     cfg.InteractiveShell.xmode = "Context"
     t0 = time.monotonic()
     shell = InteractiveShell.instance(config=cfg)
+    not_available(job.get("not_available"), shell.user_ns)
     if job.get("timing"):
         os.write(1, f"timing: shell {time.monotonic() - t0:.3f} s\n".encode())
 

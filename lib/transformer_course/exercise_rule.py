@@ -30,6 +30,10 @@ Enforced in two places, from this one module:
   message, naming the exercise -- so its visible test fails as the grader would score it, 0. Cells that
   only compare with PyTorch or with the package's twin (outside an exercise) run as before.
 
+An import alone costs nothing, in either place: imported by the student's cells, a library left out is a
+stand-in while grading whose first use raises the rule's message (grader/sandboxed/runner.py), so an
+exercise scores 0 only if it uses the library -- and the kernel's watch judges uses, not imports.
+
 The second needs, per notebook, what the grader's package rule decides: ``exercise_rule.json`` next to this
 file, generated from the notebooks by ``python tools/course.py rule`` (``make exercises``) and checked fresh by
 the tests.
@@ -329,11 +333,20 @@ class _Monitor:
         else:
             return
         if verdict is not None:
-            if event == "call" and frame.f_code.co_name != "<module>" and frame.f_back is not None \
-                    and frame.f_back.f_code.co_filename.startswith("<frozen importlib"):
-                return      # the import system asking a finder or loader (a .pth's, an editable install's)
             cls, message = verdict
+            if cls is LibraryNotAvailableWhileGrading and self.importing(frame):
+                return      # an import: the grader lets one through too (the name stands in until it is used)
             raise cls(f"{self.stack[-1] if self.stack else 'this exercise'} {message}")
+
+    def importing(self, frame) -> bool:
+        """Whether the code of ``frame`` runs on behalf of an import (a module's own top level, a finder asked by
+        the import system): between it and the student's nearest frame there is a frame of the import system."""
+        frame = frame.f_back
+        while frame is not None and frame.f_globals is not self.ns:
+            if frame.f_code.co_filename.startswith("<frozen importlib"):
+                return True
+            frame = frame.f_back
+        return False
 
     def rules(self) -> dict:
         return self.table["notebooks"][self.notebook]
@@ -435,7 +448,9 @@ class _Monitor:
             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
                 obj = namespace.get(ins.argval, _UNSEEN)
                 verdict = None if obj is _UNSEEN else self.judge_object(obj, ins.argval)
-            elif ins.opname == "IMPORT_NAME":
+            elif ins.opname == "IMPORT_NAME" and ins.argval.partition(".")[0] in self.table.get("packages", ()):
+                # a course module the notebook's copy leaves out is not there to import (a library is: as a
+                # stand-in while grading, which only a use refuses)
                 verdict = self.judge_module(ins.argval, what=f"imports {ins.argval}")
             else:
                 continue
