@@ -129,8 +129,8 @@ def submission(name: str, cells: dict[str, str], extra: str | None = None) -> di
             cell["source"] = text + "\n\n\n" + cells[gid]
     if extra is not None:            # a student's own cell after the set-up cell
         first = next(i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code")
-        nb["cells"].insert(first + 1, {"cell_type": "code", "metadata": {}, "source": extra, "outputs": [],
-                                        "execution_count": None})
+        nb["cells"].insert(first + 1, {"cell_type": "code", "id": "my-own-cell", "metadata": {}, "source": extra,
+                                        "outputs": [], "execution_count": None})
     return nb
 
 
