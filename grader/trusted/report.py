@@ -224,7 +224,8 @@ def write_feedback(grades: Path, record: dict, row: dict, manual: dict) -> Path:
         free = c["owner"] == "course" and c["kind"] != "test" and (uses_reference or follows_reference)
         folded = c["owner"] == "course" and (not c.get("error") or free) and not c.get("timeout") and c.get("ran", True)
         if folded:
-            status = "stopped while grading (costs no points)" if c.get("error") else "ran"
+            status = ("stopped while grading (costs no points)" if c.get("error") else
+                      "skipped while grading (costs no points)" if c.get("skipped") else "ran")
             parts.append(f"<details class='{classes}'><summary class='meta'>{label} · {status}</summary>")
         else:
             parts.append(f"<div class='{classes}'><div class='meta'>{label}</div>")
