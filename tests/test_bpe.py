@@ -427,3 +427,24 @@ def test_the_module_works_without_regex_until_a_split_is_made(monkeypatch):
             bpe.pretokenize("ab")
     finally:
         bpe._compiled.cache_clear()
+
+
+@needs_model
+def test_the_package_tokenizes_without_the_tokenizer_libraries():
+    """`tokenizers` and `transformers` are test references only: the package, `make` and the notebooks' pipelines
+    run without them (requirements/lock.txt no longer holds tokenizers)."""
+    import subprocess
+
+    code = ("import sys\n"
+            "for name in ('tokenizers', 'transformers', 'torch'):\n"
+            "    sys.modules[name] = None\n"
+            "from transformer_course import smollm2, pretrained\n"
+            "tok = smollm2.load_tokenizer(smollm2.read_gguf().metadata)\n"
+            "assert tok.encode('The capital of France is').tolist() == [504, 3575, 282, 4649, 314]\n"
+            "batch = pretrained.tokenize(pretrained.load_tokenizer(), ['The cat sat on the mat.', 'Hi!'])\n"
+            "assert batch.input_ids.shape == (2, 9) and batch.input_ids[0, 0] == 101\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    lock = (Path(__file__).resolve().parents[1] / "requirements" / "lock.txt").read_text()
+    assert "\ntokenizers==" not in lock and "\nregex==" in lock
