@@ -110,7 +110,7 @@ FLOORS = {
     # the models, composed of the concepts (a model may build on another: lora on llama, smollm2 on llama)
     "models": {"decoder", "llama", "smollm2", "smollm2_reference", "pretrained", "training", "lora"},
     # what the notebooks and the reader use on top: the exports, the tour, grading, figures, test helpers
-    "front": {"__init__", "__main__", "grading", "plotting", "diagrams", "testing", "toy", "texts"},
+    "front": {"__init__", "__main__", "grading", "plotting", "diagrams", "testing", "toy", "texts", "tokens_reference"},
 }
 # Models that compose no concept module, and why.
 NOT_COMPOSED = {"smollm2_reference": "transformers' own SmolLM2, the independent reference: none of ours on purpose"}

@@ -38,7 +38,8 @@ def grade_cells(nb):
 
 def test_the_course_has_its_notebooks_in_order():
     assert NAMES == ["01_attention", "02_scaling", "03_multihead", "04_positional_encoding",
-                     "05_encoder_block", "06_failures", "07_pretrained_minilm", "08_decoder", "09_llm", "10_learning", "11_finetune"], NAMES
+                     "05_encoder_block", "06_failures", "07_pretrained_minilm", "08_decoder", "09_llm", "10_learning", "11_finetune",
+                     "12_tokens"], NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)

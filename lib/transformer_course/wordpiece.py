@@ -330,13 +330,31 @@ class WordPiece:
                 continue
             pieces = self._cache.get(word)
             if pieces is None:
-                pieces = self._cache[word] = tuple(np.asarray(self.encode_word(word, self.index)).tolist())
+                pieces = self._cache[word] = self._encode_word(word)
             ids.extend(pieces)
         room = None if (self.max_length is None or not truncate) else self.max_length - 2 * add_special_tokens
         ids = ids[:room] if room is not None else ids
         if add_special_tokens:
             ids = [self.index[CLS], *ids, self.index[SEP]]
         return np.array(ids, dtype=np.int64)
+
+    def _encode_word(self, word: str) -> tuple:
+        if self.encode_word is wordpiece_tokenize:
+            return tuple(wordpiece_tokenize(word, self.index).tolist())
+        # Another function (a student's) takes the vocabulary as a list and may well index all 30,522 tokens for
+        # every word. It gets the tokens that can occur in this word -- [UNK] and the word's substrings that are in
+        # the vocabulary, with and without ## -- in vocabulary order, and its ids are mapped back: the same
+        # longest matches, so the same result.
+        found = {self.index[UNK]}
+        if len(word) <= MAX_WORD_CHARS:
+            for i in range(len(word)):
+                for j in range(i + 1, len(word) + 1):
+                    for piece in (word[i:j], PREFIX + word[i:j]):
+                        if piece in self.index:
+                            found.add(self.index[piece])
+        local = sorted(found)                               # local id k is the vocabulary's id local[k]
+        ids = np.asarray(self.encode_word(word, [self.vocab[i] for i in local]))
+        return tuple(local[k] for k in ids.tolist())
 
     def _split_specials(self, text: str) -> list[tuple[str, bool]]:
         parts, start, i = [], 0, 0
