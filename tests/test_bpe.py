@@ -448,3 +448,25 @@ def test_the_package_tokenizes_without_the_tokenizer_libraries():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
     lock = (Path(__file__).resolve().parents[1] / "requirements" / "lock.txt").read_text()
     assert "\ntokenizers==" not in lock and "\nregex==" in lock
+
+
+@needs_model
+def test_a_students_encode_piece_gives_the_same_ids(ours, strings):
+    """ByteLevelBPE.with_encode_piece hands another function (a student's bpe_encode, which takes the merges as an
+    (n, 2) array) only the merges that can apply to each piece, renumbered: the ids must not change."""
+    def simple(ids, merges):                    # a plain implementation of the rule, its own rank table per call
+        rank = {tuple(m): r for r, m in enumerate(np.asarray(merges).reshape(-1, 2).tolist())}
+        ids = list(ids)
+        while True:
+            found = [(rank[p], i) for i, p in enumerate(zip(ids, ids[1:])) if p in rank]
+            if not found:
+                return np.array(ids)
+            r, i = min(found)
+            ids[i:i + 2] = [256 + r]
+
+    theirs = ours.with_encode_piece(simple)
+    texts = [t for _, t in strings if len(t) < 5000 and not has_missing_byte(t)][::3]
+    assert len(texts) > 600
+    mismatches = [("varied", t, theirs.encode(t).tolist(), ours.encode(t).tolist()) for t in texts
+                  if theirs.encode(t).tolist() != ours.encode(t).tolist()]
+    assert not mismatches, mismatch_report(mismatches, len(texts))

@@ -157,3 +157,27 @@ def test_bad_input_is_named(ours):
         ours.id_to_token(30522)
     with pytest.raises(ValueError, match=r"max_length must leave room for \[CLS\] and \[SEP\]"):
         wp.WordPiece(ours.vocab, max_length=1)
+
+
+def test_a_students_word_function_gives_the_same_ids(ours):
+    """WordPiece.with_encode_word hands another function (a student's, which takes the vocabulary as a list) only
+    the tokens that can occur in each word, in vocabulary order: the ids must not change."""
+    def simple(word, vocab):                    # longest match first, over the list it is given
+        if len(word) > 100:
+            return [vocab.index("[UNK]")]
+        out, start = [], 0
+        while start < len(word):
+            for end in range(len(word), start, -1):
+                piece = ("##" if start else "") + word[start:end]
+                if piece in vocab:
+                    out.append(vocab.index(piece))
+                    start = end
+                    break
+            else:
+                return [vocab.index("[UNK]")]
+        return out
+
+    theirs = ours.with_encode_word(simple)
+    texts = [t for _, t in tokenizer_strings.varied_strings() if len(t) < 3000][::4]
+    mismatches = [t for t in texts if theirs.encode(t, truncate=False).tolist() != ours.encode(t, truncate=False).tolist()]
+    assert len(texts) > 400 and not mismatches, f"{len(mismatches)} differ, e.g. {mismatches[:3]}"

@@ -520,32 +520,30 @@ class ByteLevelBPE:
             merged = bpe_encode(list(data), self.ranks)
         else:
             # Another function (a student's) takes the merges as an (n, 2) array and may well rebuild a table of
-            # all 48,900 for every piece. It gets the merges that can apply to this piece -- those whose two
-            # parts can be built from its bytes -- renumbered 256, 257, ... in rank order, and its ids are mapped
-            # back: the same order of merging, so the same result, at a small fraction of the cost.
+            # all 48,900 for every piece. It gets the merges that can occur in this piece -- those whose token is a
+            # stretch of its bytes -- renumbered 256, 257, ... in rank order, and its ids are mapped back: the same
+            # merges in the same order, so the same result, at a small fraction of the cost.
             relevant = self._relevant_merges(data)
-            local = [[b if b < 256 else 256 + relevant.index(b - 256) for b in self.merges[r]] for r in relevant]
+            local_id = {256 + r: 256 + k for k, r in enumerate(relevant)}
+            local = [[local_id.get(b, b) for b in self.merges[r].tolist()] for r in relevant]
             merged = np.asarray(self.encode_piece(list(data), np.array(local, dtype=np.int64).reshape(-1, 2)))
             merged = np.array([i if i < 256 else 256 + relevant[i - 256] for i in merged.tolist()], dtype=np.int64)
         return tuple(self.id_map[merged].tolist())
 
     def _relevant_merges(self, data: bytes) -> list:
-        """The ranks of the merges whose parts can both be built from the bytes ``data``, in rank order."""
-        if not hasattr(self, "_partners"):
-            partners = {}                                 # id -> [(the other part, rank)] of the merges it is in
-            for (a, b), r in self.ranks.items():
-                partners.setdefault(a, []).append((b, r))
-                partners.setdefault(b, []).append((a, r))
-            self._partners = partners
-        built, todo, ranks = set(data), list(set(data)), set()
-        while todo:
-            x = todo.pop()
-            for other, r in self._partners.get(x, ()):
-                if other in built and r not in ranks:
-                    ranks.add(r)
-                    built.add(256 + r)
-                    todo.append(256 + r)
-        return sorted(ranks)
+        """The ranks of the merges whose token is a stretch of ``data``, in rank order: the only ones that can
+        apply while merging it (every token the merging makes spells a stretch of the piece)."""
+        if not hasattr(self, "_merge_of_bytes"):
+            table = token_bytes(self.ranks)
+            self._merge_of_bytes = {table[256 + r]: r for r in range(len(self.merges))}
+            self._longest = max((len(t) for t in table), default=1)
+        found, n = set(), len(data)
+        for i in range(n):
+            for j in range(i + 2, min(n, i + self._longest) + 1):
+                r = self._merge_of_bytes.get(data[i:j])
+                if r is not None:
+                    found.add(r)
+        return sorted(found)
 
     def _refuse_missing(self, text: str) -> None:
         if not self.missing:
