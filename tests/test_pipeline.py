@@ -42,6 +42,15 @@ def test_the_course_has_its_notebooks_in_order():
                      "12_tokens"], NAMES
 
 
+def test_the_hub_assigns_every_notebook():
+    """The hub's setup_course releases, collects and grades every exercises/NN_* (12 included) as an assignment."""
+    sys.path.insert(0, str(ROOT / "hub"))
+    import hubctl
+
+    assert hubctl.all_assignments() == NAMES
+    assert hubctl.Class(instructors=["ada"], students=["bo"], exchange=Path("/x")).assignments == NAMES
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_source_has_no_outputs(name):
     nb = nbformat.read(source(name), as_version=4)
