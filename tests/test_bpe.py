@@ -407,7 +407,7 @@ def test_a_vocabulary_whose_merges_do_not_match_is_refused():
 
 def test_the_module_works_without_regex_until_a_split_is_made(monkeypatch):
     """`regex` is imported at the first split only: training, merging, decoding and the shortest spelling need
-    nothing but the standard library and NumPy (what the grader's sandbox offers)."""
+    nothing but the standard library and NumPy. (The grader's sandbox offers regex too: exercise_rule.LIBRARIES.)"""
     import builtins
 
     real_import = builtins.__import__

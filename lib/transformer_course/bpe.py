@@ -26,7 +26,8 @@ pieces of their own. SmolLM2's file says ``tokenizer.ggml.pre = "smollm"``: ever
 ``LLAMA_VOCAB_PRE_TYPE_SMOLLM`` (the expressions ``\\p{N}``, then GPT-2's) and the model's Hugging Face
 ``tokenizer.json`` (``Digits(individual_digits=True)``, then ``ByteLevel``) both say so. ``\\p{L}``
 (letters) and ``\\p{N}`` need the ``regex`` package (the standard library's ``re`` has no Unicode
-classes); it is imported when a split is first made, so the rest of this module works without it.
+classes); it is imported when a split is first made, so the rest of this module works without it. The
+one rule lets an exercise use it (exercise_rule.py): the grader's sandbox holds it.
 
 **Bytes with no token.** A byte-level vocabulary holds the 256 bytes, so any text can be spelled --
 unless the vocabulary left some out: SmolLM2's has no token for 21 bytes (:func:`missing_bytes`).
