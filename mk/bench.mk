@@ -13,11 +13,13 @@
 #                      bench/results/train_step.txt
 #   make bench-lora    one LoRA fine-tuning step of notebook 11 (SmolLM2-135M), NumPy vs PyTorch eager,
 #                      default threads and one (bench/lora_step_speed.py, ~10 min): bench/results/lora_step.txt
+#   make bench-tokens  the course's tokenizers (notebook 12) against the tokenizers library on 1 MB of text, one
+#                      thread (bench/tokenizer_speed.py, ~1 min): bench/results/tokenizer_speed.txt
 #   make bench-quick   smoke run of bench/run.py (small shapes, a few seconds per row), writes nothing
 
-.PHONY: bench bench-attention bench-llm bench-llamacpp bench-train bench-lora bench-quick
+.PHONY: bench bench-attention bench-llm bench-llamacpp bench-train bench-lora bench-tokens bench-quick
 
-bench: bench-attention bench-llm bench-train bench-lora ## all speed measurements against PyTorch; results in bench/results/, summary in bench/README.md
+bench: bench-attention bench-llm bench-train bench-lora bench-tokens ## all speed measurements against PyTorch; results in bench/results/, summary in bench/README.md
 
 bench-attention: env ## attention and multi-head attention against PyTorch; table + plot in bench/results/
 	$(PY) bench/run.py
@@ -41,6 +43,11 @@ bench-lora: test-env ## one LoRA step of notebook 11 on SmolLM2-135M, NumPy vs P
 	$(PY) bench/lora_step_speed.py > bench/results/lora_step.txt.tmp && mv bench/results/lora_step.txt.tmp bench/results/lora_step.txt
 	$(PY) bench/readme_block.py lora bench/results/lora_step.txt
 	cat bench/results/lora_step.txt
+
+bench-tokens: test-env ## the course's BPE and WordPiece against the tokenizers library, 1 MB, one thread (bench/tokenizer_speed.py)
+	$(PY) bench/tokenizer_speed.py > bench/results/tokenizer_speed.txt.tmp && mv bench/results/tokenizer_speed.txt.tmp bench/results/tokenizer_speed.txt
+	$(PY) bench/readme_block.py tokens bench/results/tokenizer_speed.txt
+	cat bench/results/tokenizer_speed.txt
 
 bench-quick: env ## quick smoke run of the benchmark (small shapes)
 	$(PY) bench/run.py --quick

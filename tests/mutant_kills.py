@@ -2,7 +2,7 @@
 
 A mutant is caught on a seed when a hidden block of its own exercise fails on that seed: the test
 cells that follow the replaced solution cell in the source notebook, before the next solution cell
-(``surviving_seeds`` in tests/test_hidden_tests_catch_mutants.py, which `make test` runs for 08-11 on
+(``surviving_seeds`` in tests/test_hidden_tests_catch_mutants.py, which `make test` runs for 08-12 on
 its KILL_SEEDS). Alternatives (correct implementations of another style) and the independent
 students of tests/fixtures/independent_solutions.py, exercise by exercise, must pass on every seed.
 

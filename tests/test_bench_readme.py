@@ -1,4 +1,4 @@
-"""bench/README.md shows the committed runs of `make bench-train` and `make bench-lora` (results/*.txt) between
+"""bench/README.md shows the committed runs of `make bench-train`, `make bench-lora` and `make bench-tokens` (results/*.txt) between
 its markers, as bench/readme_block.py writes them: a hand edit of either, or a new run not copied, fails here."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ readme_block = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(readme_block)
 
 
-@pytest.mark.parametrize("name, result", [("train", "train_step.txt"), ("lora", "lora_step.txt")])
+@pytest.mark.parametrize("name, result", [("train", "train_step.txt"), ("lora", "lora_step.txt"),
+                                          ("tokens", "tokenizer_speed.txt")])
 def test_readme_shows_the_committed_run(name, result):
     with open(os.path.join(ROOT, "bench", "results", result), encoding="utf-8") as f:
         run = f.read()

@@ -22,6 +22,8 @@ Each attacker is the correct submission with one or two solution cells replaced 
   layer, ``lora_forward``, applied to the identity).
 * 11, kv_head_gradient: ``attention.grouped_query_attention_backward`` with the identity as attention weights,
   whose value gradient is the sum over each group (declared twin).
+* 12, bpe_encode and wordpiece_tokenize: the tokenizer classes ``ByteLevelBPE`` and ``WordPiece`` (thin holders:
+  they merge and split through the exercises themselves, so the stubs stop them).
 """
 
 from __future__ import annotations
@@ -125,6 +127,19 @@ KV = (
     "                                                      None, identity)[2]\n"
 )
 
+BYTE_LEVEL = (
+    "from transformer_course.bpe import ByteLevelBPE\n"
+    "def bpe_encode(ids, merges):\n"
+    "    tok = ByteLevelBPE(merges)                                         # notebook 12's tokenizer class\n"
+    "    return np.asarray(tok.encode_piece(list(ids), tok.ranks))\n"
+)
+WORDPIECE = (
+    "from transformer_course.wordpiece import WordPiece\n"
+    "def wordpiece_tokenize(word, vocab):\n"
+    "    tok = WordPiece(list(vocab) + ['[CLS]', '[SEP]', '[PAD]'])           # MiniLM's tokenizer class\n"
+    "    return tok.encode(word, add_special_tokens=False)\n"
+)
+
 # student -> (notebook, {solution cell grade_id: new source}, test cells that must fail, a name the details give)
 ATTACKERS = {
     "loss_and_block": ("08_decoder", {"language_model_loss": LOSS, "decoder_block": BLOCK},
@@ -139,6 +154,8 @@ ATTACKERS = {
     "fast_rms": ("09_llm", {"rms_norm": RMS}, {"test_rms_norm"}, "FastLlama"),
     "lora_merge": ("11_finetune", {"lora_forward": LORA}, {"test_lora_forward"}, "lora_forward"),
     "kv_sum": ("11_finetune", {"kv_head_gradient": KV}, {"test_kv_head_gradient"}, "grouped_query_attention_backward"),
+    "tokenizer_classes": ("12_tokens", {"bpe_encode": BYTE_LEVEL, "wordpiece_tokenize": WORDPIECE},
+                          {"test_bpe_encode", "test_wordpiece_tokenize"}, "bpe_encode"),
 }
 NOTEBOOKS = sorted({nb for nb, *_ in ATTACKERS.values()})
 

@@ -7,7 +7,7 @@ At least one hidden test must fail. The unmodified solution must pass the same
 procedure, so a failure is the mutant's fault. A mutants file may also list
 ALTERNATIVES: correct implementations written differently, which must pass.
 
-For the notebooks of EVERY_SEED (08-11) the measure is stricter and runs over
+For the notebooks of EVERY_SEED (08-12) the measure is stricter and runs over
 KILL_SEEDS grading seeds: a mutant must fail a hidden block of its OWN exercise
 (the test cells after the replaced solution cell) on every one of those seeds,
 and every alternative must pass them all (``surviving_seeds``; tests/mutant_kills.py
@@ -88,7 +88,7 @@ def _run_pieces(pieces, namespace, failed):
 
 
 # ------------------------------------------------------------------ one exercise's hidden blocks, many seeds
-EVERY_SEED = {"08_decoder", "09_llm", "10_learning", "11_finetune"}
+EVERY_SEED = {"08_decoder", "09_llm", "10_learning", "11_finetune", "12_tokens"}
 KILL_SEEDS = range(1000, 1020)
 
 

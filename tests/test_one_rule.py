@@ -187,7 +187,7 @@ def graded(tmp_path_factory):
         pytest.skip(f"the grading sandbox is not available here: {problem}")
     out = tmp_path_factory.mktemp("one_rule")
     site = supervisor.sandbox_site(Path(sys.prefix), ())
-    probe = PROBE.format(blocked=site["blocked"], allowed=["numpy", "matplotlib", "IPython", "PIL", "threadpoolctl"],
+    probe = PROBE.format(blocked=site["blocked"], allowed=["numpy", "matplotlib", "IPython", "PIL", "threadpoolctl", "regex"],
                          hidden=site["hide"], site=site["site"], rule=RULE)
     students = {}
     for name in NOTEBOOKS:

@@ -38,7 +38,17 @@ def grade_cells(nb):
 
 def test_the_course_has_its_notebooks_in_order():
     assert NAMES == ["01_attention", "02_scaling", "03_multihead", "04_positional_encoding",
-                     "05_encoder_block", "06_failures", "07_pretrained_minilm", "08_decoder", "09_llm", "10_learning", "11_finetune"], NAMES
+                     "05_encoder_block", "06_failures", "07_pretrained_minilm", "08_decoder", "09_llm", "10_learning", "11_finetune",
+                     "12_tokens"], NAMES
+
+
+def test_the_hub_assigns_every_notebook():
+    """The hub's setup_course releases, collects and grades every exercises/NN_* (12 included) as an assignment."""
+    sys.path.insert(0, str(ROOT / "hub"))
+    import hubctl
+
+    assert hubctl.all_assignments() == NAMES
+    assert hubctl.Class(instructors=["ada"], students=["bo"], exchange=Path("/x")).assignments == NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)

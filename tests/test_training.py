@@ -281,3 +281,33 @@ def test_yours_or_reference_takes_the_reference_only_for_stubs():
     assert yours == ["embedding_backward"]
     assert fallen_back == [n for n in BACKWARD_PIECES if n != "embedding_backward"]
     assert pieces.embedding_backward is embedding_backward and pieces.softmax_backward is ref.softmax_backward
+
+
+def test_notebook_functions_reads_defs_from_another_notebook_and_nothing_else(tmp_path):
+    """Notebooks 07, 09 and 12 read a student's functions from another of their notebooks: only its imports and
+    def/class statements run (a cell that would print, loop or fail is not executed), a stub falls back to the
+    reference through yours_or_reference, and a missing file gives nothing."""
+    import json
+
+    from transformer_course import bpe
+    from transformer_course.training import notebook_functions, yours_or_reference
+
+    cells = [
+        "import numpy as np\nimport not_a_module_anywhere\nprint('side effect')\nraise SystemExit('must not run')",
+        "def helper(x):\n    return x + 1\n\nopen('/nonexistent/file')",
+        "def bpe_encode(ids, merges):\n    return np.asarray([helper(i) - 1 for i in ids])",
+        "def train_bpe(chunks, n_merges):\n    # YOUR CODE HERE\n    raise NotImplementedError()",
+        "%timeit not python",
+    ]
+    nb = {"cells": [{"cell_type": "code", "source": c, "metadata": {}, "outputs": []} for c in cells]
+          + [{"cell_type": "markdown", "source": "def nothing(): pass", "metadata": {}}], "metadata": {},
+          "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "12_tokens.ipynb"
+    path.write_text(json.dumps(nb))
+    found = notebook_functions(path, ["bpe_encode", "train_bpe", "shortest_tokenization"])
+    assert sorted(found) == ["bpe_encode", "train_bpe"]
+    assert found["bpe_encode"]([3, 4], None).tolist() == [3, 4]            # its helper came along
+    pieces, yours, fallen_back = yours_or_reference(found, ["bpe_encode", "train_bpe", "shortest_tokenization"], bpe)
+    assert yours == ["bpe_encode"] and fallen_back == ["train_bpe", "shortest_tokenization"]
+    assert pieces.train_bpe is bpe.train_bpe
+    assert notebook_functions(tmp_path / "missing.ipynb", ["bpe_encode"]) == {}

@@ -8,7 +8,8 @@ and empty axes are in its docstring). Fast versions (threads, tiles, fused produ
 are in the sibling package ``transformer_course_fast``, tested against these.
 
 The exports below follow the notebooks: 01-07 (attention ... the encoder), 08 (the decoder and
-generation), 09 (a LLaMA-style decoder, SmolLM2, block quantisation), 10 (learning). The top-level
+generation), 09 (a LLaMA-style decoder, SmolLM2, block quantisation), 10 (learning), 11 (fine-tuning),
+12 (tokenizers). The top-level
 ``KVCache`` is notebook 08's (the growing cache); ``llama.KVCache``, notebook 09's preallocated one,
 stays under its module (both implement kv_cache.py's protocol).
 """
@@ -44,6 +45,10 @@ from .attention import kv_head_gradient
 from .normalization import rms_norm_backward
 from .positional import rope_backward
 from .lora import lora_backward, lora_forward
+# Notebook 12 (tokens): byte-level BPE (GPT-2, SmolLM2) and WordPiece (BERT, MiniLM).
+from . import bpe, wordpiece
+from .bpe import ByteLevelBPE, bpe_encode, pretokenize, shortest_tokenization, train_bpe
+from .wordpiece import WordPiece, wordpiece_tokenize
 
 __version__ = "0.1.0"
 
@@ -53,6 +58,9 @@ __all__ = [
     "attention_entropy",
     "attention_scores",
     "backward",
+    "bpe",
+    "bpe_encode",
+    "ByteLevelBPE",
     "CachedStep",
     "causal_mask",
     "causal_self_attention",
@@ -97,6 +105,7 @@ __all__ = [
     "padding_mask",
     "pattern_score",
     "positional_encoding",
+    "pretokenize",
     "PositionwiseFeedForward",
     "quantize_q4_1",
     "quantize_q8_0",
@@ -109,14 +118,19 @@ __all__ = [
     "sampling_probabilities",
     "scaled_dot_product_attention",
     "sentence_embeddings",
+    "shortest_tokenization",
     "shift_matrix",
     "softmax",
     "softmax_backward",
     "softmax_jacobian",
     "split_heads",
     "swiglu",
+    "train_bpe",
     "training",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "UncachedStep",
+    "wordpiece",
+    "WordPiece",
+    "wordpiece_tokenize",
 ]

