@@ -254,3 +254,18 @@ def test_shift_matrix_is_notebook_04s_name_of_the_rotation():
     np.testing.assert_array_equal(shift_matrix(3, 8), relative_shift_matrix(3, 8))
     pe = positional_encoding(20, 8)
     np.testing.assert_allclose(pe[4] @ shift_matrix(-3, 8), pe[1], atol=1e-12)
+
+
+def test_slowest_pair_position_is_exact_without_noise_and_coarse_with_it():
+    # Notebook 04's baseline for decode_position (cell after Exercise 3): the slowest pair alone.
+    from transformer_course.positional import slowest_pair_position
+    top = int(decodable_range(32))
+    pos = np.random.default_rng(0).integers(0, top, 500)
+    pe = positional_encoding(top, 32)[pos]
+    np.testing.assert_array_equal(slowest_pair_position(pe), pos)
+    assert slowest_pair_position(pe[7]).shape == ()
+    noisy = pe + np.random.default_rng(1).uniform(-0.01, 0.01, pe.shape)
+    assert np.mean(slowest_pair_position(noisy) == pos) < 0.05          # 0.01 of a radian is dozens of positions
+    np.testing.assert_array_equal(decode_position(noisy), pos)
+    with pytest.raises(ValueError, match="d_model even"):
+        slowest_pair_position(np.zeros((2, 3)))

@@ -68,6 +68,15 @@ def test_assert_close_passes_and_prints_the_bound_not_the_round_off(capsys):
     assert capsys.readouterr().out == "tight: relative error < 1e-12\n"
 
 
+def test_assert_close_says_absolute_error_when_every_expected_value_is_0(capsys):
+    # Against an expected 0 the relative error is 1 whatever came; what passed is |actual| < tol * 1e-8 (issue 39's
+    # trials read "key 1's scaled score is 0: relative error < 1e-06" as a contradiction).
+    assert_close(np.array([0.0, 1e-16]), np.zeros(2), "zeros")
+    assert capsys.readouterr().out == "zeros: absolute error < 1e-14\n"
+    assert_close(np.array([0.0, 1.0]), [0.0, 1.0], "mixed")
+    assert capsys.readouterr().out == "mixed: relative error < 1e-06\n"
+
+
 def test_assert_close_quiet_prints_nothing(capsys):
     assert assert_close([1.0], [1.0], quiet=True) is None
     assert capsys.readouterr().out == ""

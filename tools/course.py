@@ -139,8 +139,8 @@ def kernel_config():
 
 # nbgrader's kernels get the same two settings from an nbgrader_config.py: the course's own (the repository's root)
 # and the student's, which the release writes beside every notebook: nbgrader looks for one in the working folder
-# and warns "No nbgrader_config.py file found" when there is none. The student's holds only this: nbgrader's
-# defaults (30 s per cell, ...) stay as they are for a student's Validate.
+# and warns "No nbgrader_config.py file found" when there is none. The student's holds only this (and Validate's log
+# level): nbgrader's defaults (30 s per cell, ...) stay as they are for a student's Validate.
 STUDENT_CONFIG = '''"""nbgrader settings for a student's Validate (written by the course's release: tools/course.py)."""
 
 import atexit
@@ -163,6 +163,10 @@ if len(runtime) > 64:
 os.makedirs(runtime, mode=0o700, exist_ok=True)
 c.KernelManager.transport = "ipc"
 c.KernelManager.ip = os.path.join(runtime, f"kernel-{uuid.uuid4().hex[:12]}")
+
+# Validate prints its verdict; nbgrader then logs "[ValidateApp | INFO] Validating '<path>'" on stderr, which tells a
+# student nothing: its log shows warnings and errors only.
+c.ValidateApp.log_level = "WARN"
 '''
 
 

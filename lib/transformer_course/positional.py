@@ -84,6 +84,19 @@ def decodable_range(d_model: int) -> float:
     return 0.45 * 2 * np.pi / frequencies(d_model)[-1]
 
 
+def slowest_pair_position(pe) -> np.ndarray:
+    """The position the slowest pair of ``pe`` reads on its own, rounded: notebook 04's baseline for
+    ``decode_position`` (exact without noise, ``0 <= p < decodable_range(d_model)``; coarse with it).
+
+    pe: ``(d_model,)`` or ``(n, d_model)``, even ``d_model``.   returns: int64 ``()`` or ``(n,)``.
+    """
+    pe = check_array(pe, "pe", nonempty=(-1,))
+    if pe.ndim > 2 or pe.shape[-1] % 2:
+        raise ValueError(f"pe must have shape (d_model,) or (n, d_model) with d_model even, got shape {pe.shape}")
+    theta = np.arctan2(pe[..., -2], pe[..., -1])               # (...) the slowest pair's angle in (-pi, pi]
+    return np.round(theta / frequencies(pe.shape[-1])[-1]).astype(np.int64)
+
+
 def decode_position(pe) -> np.ndarray:
     """The integer position p whose sinusoidal encoding is ``pe``, read coarse to fine.
 
