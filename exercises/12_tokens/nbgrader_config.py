@@ -20,3 +20,7 @@ if len(runtime) > 64:
 os.makedirs(runtime, mode=0o700, exist_ok=True)
 c.KernelManager.transport = "ipc"
 c.KernelManager.ip = os.path.join(runtime, f"kernel-{uuid.uuid4().hex[:12]}")
+
+# Validate prints its verdict; nbgrader then logs "[ValidateApp | INFO] Validating '<path>'" on stderr, which tells a
+# student nothing: its log shows warnings and errors only.
+c.ValidateApp.log_level = "WARN"
