@@ -105,7 +105,7 @@ FLOORS = {
     "checks": {"_checks"},
     # one module per concept (and torch_interop, which copies PyTorch's weights into the concept blocks)
     "concepts": {"softmax", "attention", "masks", "multihead", "positional", "normalization", "activations",
-                 "feedforward", "encoder", "online_softmax", "kv_cache", "decoder_block", "loss", "generation",
+                 "feedforward", "encoder", "online_softmax", "kv_cache", "decoder_block", "loss", "generation", "speculative",
                  "backward", "quantization", "gguf_file", "torch_interop"},
     # the models, composed of the concepts (a model may build on another: lora on llama, smollm2 on llama)
     "models": {"decoder", "llama", "smollm2", "smollm2_reference", "pretrained", "training", "lora"},

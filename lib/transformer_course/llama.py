@@ -39,6 +39,7 @@ the position tables are cast to it, so no float64 leaks into a float32 forward p
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -185,6 +186,17 @@ class Llama:
         concept modules'), e.g. a notebook's own ``rms_norm``, ``apply_rope``, ``swiglu``, ``grouped_query_attention``."""
         other = copy.copy(self)
         other.pieces = llama_pieces(pieces)
+        return other
+
+    def truncated(self, n_layers: int) -> "Llama":
+        """The first ``n_layers`` layers of this model, then its final norm and head, sharing its weight arrays: a
+        cheaper model of the same vocabulary ("early exit"; a drafter for speculative decoding, speculative.py)."""
+        n_layers = positive_int(n_layers, "n_layers")
+        if n_layers > self.config.n_layers:
+            raise ValueError(f"n_layers must be in 1..{self.config.n_layers} (this model's layers), got {n_layers}")
+        other = copy.copy(self)
+        other.config = dataclasses.replace(self.config, n_layers=n_layers)
+        other.layers = self.layers[:n_layers]
         return other
 
     def new_cache(self, capacity: int | None = None) -> LayerCaches:
