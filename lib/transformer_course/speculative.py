@@ -314,10 +314,9 @@ def speculative_generate(model, prompt_ids, n_new: int, drafter, *, k: int = 8, 
     if ids.size > 1:
         model.forward(ids[:-1], cache)                         # the cache holds every token but the last
     while ids.size < total:
-        room = total - ids.size - 1                            # guesses beyond this are never needed
-        draft = check_draft(drafter.propose(ids, k, rng), k, _vocab_size(model)) if room else no_draft()
-        guesses = draft.tokens[:room]
-        q_rows = None if draft.probs is None else draft.probs[:room]
+        want = min(k, total - ids.size - 1)                    # guesses beyond the last token are never needed
+        draft = check_draft(drafter.propose(ids, want, rng), want, _vocab_size(model)) if want else no_draft()
+        guesses, q_rows = draft.tokens, draft.probs
         fed = cache.length
         logits = model.forward(np.append(ids[-1:], guesses), cache)        # (m + 1, V): one pass over the weights
         p_rows = sampling_probabilities(logits, temperature=temperature, top_k=top_k, top_p=top_p)

@@ -35,7 +35,10 @@ model itself takes a config and a dict of GGUF-named arrays, like the readable `
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
+import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,7 +57,7 @@ PREFILL_BLOCK = 256
 #: Up to this many rows, ``rows @ W`` is computed as one GEMV per row in one matmul call (the matrix comes from
 #: memory for the first row and from the cache for the others); above it as one GEMM. OpenBLAS's GEMM packs the
 #: weight matrix before multiplying: with 2-8 rows it cost ~3 one-row GEMVs here (see :meth:`FastLlama._times`).
-STACKED_ROWS = 1
+STACKED_ROWS = 8
 #: A matrix larger than this (the head) is multiplied row by row in column blocks of at most this many bytes,
 #: so that each block is still in the cache for the next row.
 CACHED_BYTES = 8 * 2**20
@@ -237,6 +240,18 @@ class FastLlama:
     def matrices(self) -> list[np.ndarray]:
         """The arrays a decode step multiplies by, in order (for measuring the bound)."""
         return [a for layer in self.layers for a in (layer.qkv, layer.o, layer.gate_up, layer.down)] + [self.embedding_t]
+
+    def truncated(self, n_layers: int) -> "FastLlama":
+        """The first ``n_layers`` layers, then the final norm and head, sharing this model's prepared arrays (as
+        ``Llama.truncated``: a drafter for speculative decoding)."""
+        n_layers = positive_int(n_layers, "n_layers")
+        if n_layers > self.config.n_layers:
+            raise ValueError(f"n_layers must be in 1..{self.config.n_layers} (this model's layers), got {n_layers}")
+        other = copy.copy(self)
+        other.config = (dataclasses.replace(self.config, n_layers=n_layers) if dataclasses.is_dataclass(self.config)
+                        else types.SimpleNamespace(**{**vars(self.config), "n_layers": n_layers}))
+        other.layers = self.layers[:n_layers]
+        return other
 
     def new_cache(self, capacity: int = 1024) -> FastKVCache:
         return FastKVCache(self.config, capacity, self.dtype)
