@@ -109,6 +109,21 @@ def test_prefill_in_query_blocks_equals_one_block(pair, monkeypatch):
     assert_close(fast.forward(ids), whole.astype(np.float64).astype(dtype), dtype, "blocked prefill")
 
 
+def test_a_few_rows_as_stacked_gemvs_equal_one_gemm(pair, monkeypatch):
+    """A verify pass of speculative decoding: 2..stacked_rows new tokens into a filled cache go through one GEMV
+    per row (the head in column blocks when it is larger than CACHED_BYTES); more, through one GEMM. Same logits."""
+    ref, fast, dtype = pair
+    ids = np.random.default_rng(5).integers(0, ref.config.vocab_size, 14)
+    expected = ref.forward(ids)[8:]
+    for stacked, cached_bytes in ((0, 1 << 30), (8, 1 << 30), (8, 1024)):
+        fast.stacked_rows = stacked
+        monkeypatch.setattr(fl, "CACHED_BYTES", cached_bytes)           # 1024 bytes: the head in blocks of a few columns
+        cache = fast.new_cache(20)
+        fast.forward(ids[:8], cache)
+        assert_close(fast.forward(ids[8:], cache), expected, dtype, f"6 rows, stacked_rows={stacked}, {cached_bytes} B")
+    assert fl.STACKED_ROWS[None] >= 1 and FastLlama(CONFIGS["mha"], random_weights(CONFIGS["mha"])).stacked_rows >= 1
+
+
 def test_greedy_continuations_are_identical(pair):
     ref, fast, dtype = pair
     rng = np.random.default_rng(4)

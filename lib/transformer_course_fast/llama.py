@@ -47,6 +47,8 @@ from transformer_course._checks import describe, positive_int
 from transformer_course.kv_cache import check_truncate
 from transformer_course.positional import rope_frequencies
 
+from ._threads import openblas_corename
+
 __all__ = ["FastKVCache", "FastLlama", "course_smollm2", "load_fast_smollm2"]
 
 # GGUF tensor names of one layer (relative to "blk.L."), as in transformer_course.llama
@@ -55,9 +57,10 @@ _CONFIG_FIELDS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab
 #: Queries per block in the prefill's attention: scores of at most ``n_heads x 256 x n_k`` at a time.
 PREFILL_BLOCK = 256
 #: Up to this many rows, ``rows @ W`` is computed as one GEMV per row in one matmul call (the matrix comes from
-#: memory for the first row and from the cache for the others); above it as one GEMM. OpenBLAS's GEMM packs the
-#: weight matrix before multiplying: with 2-8 rows it cost ~3 one-row GEMVs here (see :meth:`FastLlama._times`).
-STACKED_ROWS = 8
+#: memory for the first row and from the cache for the others); above it as one GEMM, which packs the weight
+#: matrix before multiplying. Which is cheaper for 2-16 rows depends on OpenBLAS's kernel (measured on SmolLM2's
+#: matrices, see :meth:`FastLlama._times`): per kernel name, the default for the others.
+STACKED_ROWS = {"SkylakeX": 8, "Cooperlake": 8, "SapphireRapids": 8, None: 3}
 #: A matrix larger than this (the head) is multiplied row by row in column blocks of at most this many bytes,
 #: so that each block is still in the cache for the next row.
 CACHED_BYTES = 8 * 2**20
@@ -202,6 +205,8 @@ class FastLlama:
             raise ValueError(f"config needs n_heads | d_model, n_kv_heads | n_heads and an even d_head, got {config}")
         _check_weights(config, weights)
         self.config, self.dtype = config, dtype
+        corename = openblas_corename()
+        self.stacked_rows = STACKED_ROWS.get(corename, STACKED_ROWS[None])   # see _times
         c = self.config
         self.d_head = c.d_model // c.n_heads
         self.group = c.n_heads // c.n_kv_heads
@@ -411,13 +416,14 @@ class FastLlama:
 
     def _times(self, x: np.ndarray, W: np.ndarray) -> np.ndarray:
         """``x (n, in) @ W (in, out)``, reading ``W`` from memory once. One GEMM for many rows; for a few
-        (2..STACKED_ROWS, a verify pass of speculative decoding), one GEMV per row in one matmul call over the
-        stack ``(n, 1, in)``: the first row streams ``W`` from memory, the others find it in the cache (the head,
-        larger than the cache, in column blocks). Measured (1 thread, 2 cores under load, OpenBLAS 0.3.31
-        SkylakeX kernel), for all of SmolLM2's matrices, relative to one GEMV pass: GEMM 2.9x at 2 rows, 3.0x at 4,
-        3.4x at 8, 4.2x at 16; the stacked GEMVs 1.4x, 2.0x, 3.1x, 5.3x."""
+        (2..``self.stacked_rows``: a verify pass of speculative decoding), one GEMV per row in one matmul call over
+        the stack ``(n, 1, in)``: the first row streams ``W`` from memory, the others find it in the cache (the
+        head, larger than the cache, in column blocks). Measured for all of SmolLM2's matrices, one thread, two
+        busy cores (load 2-3), relative to one GEMV pass, at 2 / 4 / 8 / 16 rows: OpenBLAS 0.3.31's GEMM with its
+        SkylakeX kernel 2.97 / 3.04 / 3.42 / 4.15, with its Haswell kernel 2.0 / 1.8 / 2.3 / 3.0 (odd row counts
+        cost more); the stacked GEMVs 1.44 / 2.05 / 3.09 / 5.3 with either."""
         n = x.shape[0]
-        if n == 1 or n > STACKED_ROWS:
+        if n == 1 or n > self.stacked_rows:
             return x @ W
         stack = x[:, None, :]                                           # (n, 1, in): n GEMVs
         if W.nbytes <= CACHED_BYTES:
