@@ -25,6 +25,11 @@ readable model spends beyond it is Python and NumPy calls, fresh arrays, copies 
   :meth:`FastLlama.forward` / :meth:`FastLlama.decode_step`; nothing inside the layers.
 * **Batched prefill**: a prompt of ``n`` tokens goes through every layer as ``(n, d)`` matrix
   products (GEMM), with causal attention over blocks of queries.
+* **A few tokens, one read of the weights** (the verify pass of speculative decoding,
+  ``transformer_course.speculative``): 2 to ``stacked_rows`` new tokens multiply each matrix as one GEMV
+  per row in one matmul call -- the matrix streams from memory for the first row and comes from the cache
+  for the others -- since OpenBLAS's GEMM, which packs the matrix first, costs ~2-3 one-row passes at
+  2-8 rows (:meth:`FastLlama._times`). The cache rolls back with ``FastKVCache.truncate``.
 
 The result equals the readable model up to rounding (float32 and float64; the bounds are in
 tests/test_fast_llama.py), and greedy continuations are identical.
@@ -447,8 +452,11 @@ class FastLlama:
         angles = np.arange(start, n_k)[:, None] * self._inv_freq[None, :]           # (n, dh/2) float64
         cos = np.cos(angles).astype(self.dtype)[:, None, :]                          # (n, 1, dh/2)
         sin = np.sin(angles).astype(self.dtype)[:, None, :]
-        # causal mask for a block of queries: key j is allowed for query position p if j <= p
+        # causal mask of each block of queries, made once for every layer: key j is allowed for position p if j <= p
         key_pos = np.arange(n_k)
+        blocks = [(b0, min(n, b0 + PREFILL_BLOCK)) for b0 in range(0, n, PREFILL_BLOCK)]
+        masks = [np.where(key_pos[None, :] > np.arange(start + b0, start + b1)[:, None], -np.inf, 0.0).astype(self.dtype)
+                 for b0, b1 in blocks]                                               # (nb, n_k) each: 0 or -inf
         x = np.ascontiguousarray(self.embedding_t[:, ids].T)                         # (n, d)
         with np.errstate(over="ignore"):
             for L, w in enumerate(self.layers):
@@ -464,11 +472,9 @@ class FastLlama:
                 K, V = cache.keys[L, :, :n_k], cache.values[L, :, :n_k]              # (Hkv, n_k, dh)
                 q = qkv[:, :nq].reshape(n, Hkv, g, dh).transpose(1, 2, 0, 3)         # (Hkv, g, n, dh)
                 att = np.empty((n, Hkv, g, dh), self.dtype)
-                for b0 in range(0, n, PREFILL_BLOCK):
-                    b1 = min(n, b0 + PREFILL_BLOCK)
+                for (b0, b1), mask in zip(blocks, masks):
                     s = q[:, :, b0:b1] @ K.transpose(0, 2, 1)[:, None]              # (Hkv, g, nb, n_k)
-                    future = key_pos[None, :] > np.arange(start + b0, start + b1)[:, None]   # (nb, n_k)
-                    s += np.where(future, -np.inf, 0.0).astype(self.dtype)
+                    s += mask
                     s -= s.max(axis=-1, keepdims=True)
                     np.exp(s, out=s)
                     s /= s.sum(axis=-1, keepdims=True)
