@@ -260,3 +260,19 @@ def test_smollm2_cached_and_uncached_are_identical(smollm2):
     ids = lm.encode(TEXT)[:12]
     np.testing.assert_array_equal(fast.generate_greedy(ids, 10), fast.generate_greedy(ids, 10, use_cache=False))
     assert fast.weight_bytes_per_token == 4 * (134_515_008 - 61 * 576)    # every matrix once, float32
+
+
+@needs_model
+def test_smollm2_speculative_greedy_equals_plain(smollm2):
+    """Prompt lookup on a text that repeats itself: guesses kept (verify passes of several rows, the 113 MB head
+    multiplied in cached column blocks), the same greedy tokens as plain decoding, for FastLlama and the readable Llama."""
+    from transformer_course.speculative import PromptLookup, SpeculationStats, speculative_generate
+
+    fast, lm = smollm2
+    ids = lm.encode(TEXT[:200] + " " + TEXT[:100])
+    plain = fast.generate_greedy(ids, 16)
+    for model in (fast, lm.model):
+        stats = SpeculationStats()
+        got = speculative_generate(model, ids, 16, PromptLookup(), k=8, temperature=0.0, stats=stats)
+        np.testing.assert_array_equal(got, plain, err_msg=type(model).__name__)
+        assert stats.accepted > 0 and stats.passes < 16, stats
