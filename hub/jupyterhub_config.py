@@ -12,6 +12,9 @@ state folder) with these settings in its environment:
     TC_GRADER_PYTHON   the Python that runs `python -m grader` (the project's .venv)
     TC_HUB_MEMORY_MB, TC_HUB_PROCESSES, TC_HUB_CPU_SHARE   limits per student (hub/limits.py)
     TC_HUB_CULL_TIMEOUT, TC_HUB_CULL_EVERY, TC_HUB_SPAWN_LIMIT   idle culling, concurrent spawns
+    TC_HUB_BIND_URL, TC_HUB_SSL_CERT, TC_HUB_SSL_KEY, TC_HUB_PUBLIC_URL   the class's address over TLS
+    TC_HUB_AUTH_CONFIG, TC_HUB_OIDC   the university's login instead of passwords (hub/auth/oauth.py)
+    TC_HUB_TMP_MB      each server's private /tmp, /var/tmp, /dev/shm (tmpfs, MiB; hub/storage.py)
 
 Every hub user is a system user (created by hubctl.py from the class list) who logs in with
 their own password (PAM); the spawner starts `jupyterhub-singleuser` from the hub's venv as that
@@ -34,6 +37,7 @@ from jupyterhub.spawner import LocalProcessSpawner
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import limits  # noqa: E402
+import storage  # noqa: E402
 
 c = get_config()  # noqa: F821  (provided by traitlets)
 
@@ -55,6 +59,24 @@ c.JupyterHub.db_url = "sqlite:///jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = "jupyterhub_cookie_secret"
 c.JupyterHub.cleanup_servers = True            # stopping the hub stops every user's server
 c.JupyterHub.cleanup_proxy = True
+
+# ------------------------------------------------------------------ network: the class's address, over TLS
+# TC_HUB_BIND_URL (hubctl.py start --bind-url): where the proxy listens for the class, e.g.
+# https://0.0.0.0:443, with TC_HUB_SSL_CERT/KEY: the proxy (root, a child of the hub) terminates TLS.
+# The hub's API, the proxy's API, the services and every user's server stay on 127.0.0.1.
+# TC_HUB_PUBLIC_URL: the address students type (secure cookies, the login's callback).
+if os.environ.get("TC_HUB_BIND_URL"):
+    c.JupyterHub.ssl_cert = os.environ.get("TC_HUB_SSL_CERT", "")
+    c.JupyterHub.ssl_key = os.environ.get("TC_HUB_SSL_KEY", "")
+    c.JupyterHub.bind_url = os.environ["TC_HUB_BIND_URL"]
+if os.environ.get("TC_HUB_PUBLIC_URL"):
+    c.JupyterHub.public_url = os.environ["TC_HUB_PUBLIC_URL"]
+SERVER_CONFIG_FIRST, SERVER_CONFIG_LAST = [], []   # folders around the role's on the servers' JUPYTER_CONFIG_PATH
+if os.environ.get("TC_HUB_SSL_CERT") or os.environ.get("TC_HUB_PUBLIC_URL", "").startswith("https:"):
+    # every cookie TLS only: the hub's (its _xsrf too), the servers' login cookie (the spawner passes
+    # these options on) and the servers' _xsrf (hub/roles/tls)
+    c.JupyterHub.tornado_settings.update({"cookie_options": {"secure": True}})
+    SERVER_CONFIG_FIRST, SERVER_CONFIG_LAST = [os.path.join(ROLES, "tls")], [os.path.join(ROLES, "tls", "base")]
 
 # ------------------------------------------------------------------ who may log in
 # One identity per person: each hub user is a system user with their own password, checked by
@@ -104,10 +126,14 @@ c.JupyterHub.load_roles = [
 # ------------------------------------------------------------------ each user's server
 LIMITS = limits.Limits.from_env()
 LIMIT_MODE = limits.mode()
+# Each server's own /tmp, /var/tmp, /dev/shm (a tmpfs in a mount namespace of its own): nothing
+# there is seen by another user or outlives the server, and it counts in the student's memory.
+TMP_MB = int(os.environ.get("TC_HUB_TMP_MB", "1024"))
+PRIVATE_TMP = TMP_MB > 0 and storage.private_tmp_works()
 
 
 class CourseSpawner(LocalProcessSpawner):
-    """The local process spawner, with the user's server put into their cgroup before it drops root."""
+    """The local process spawner: the user's server enters their cgroup and gets its own /tmp before it drops root."""
 
     def make_preexec_fn(self, name):
         inner = super().make_preexec_fn(name)
@@ -115,9 +141,38 @@ class CourseSpawner(LocalProcessSpawner):
 
         def preexec():
             limits.enter(dirs, LIMITS)
+            if PRIVATE_TMP:
+                storage.private_tmp(TMP_MB)
             inner()
 
         return preexec
+
+
+def stop_everything_left(spawner):
+    """When a server stops, so does everything it started (a process left behind would keep its
+    private /tmp and /dev/shm alive): every process still in the user's cgroup, or of their uid."""
+    import signal
+
+    name = spawner.user.name
+    pids = limits.members(name) if LIMIT_MODE != "rlimit" else []
+    if LIMIT_MODE == "rlimit":
+        uid = pwd.getpwnam(name).pw_uid
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and _owner(p) == uid]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _owner(pid: str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except FileNotFoundError:
+        return None
+
+
+c.Spawner.post_stop_hook = stop_everything_left
 
 
 c.JupyterHub.spawner_class = CourseSpawner
@@ -151,10 +206,14 @@ def role_environment(spawner):
         # Searched after ~/.jupyter and before the venv's etc/jupyter: the role's extensions and
         # nbgrader settings win over the venv's defaults. (nbgrader writes into JUPYTER_CONFIG_DIR,
         # so the role folder, root-owned, cannot be that.)
-        JUPYTER_CONFIG_PATH=os.path.join(ROLES, role),
+        JUPYTER_CONFIG_PATH=os.pathsep.join([*SERVER_CONFIG_FIRST, os.path.join(ROLES, role), *SERVER_CONFIG_LAST]),
+        # the kernelspec python3 found first: tc_hub.kernel, a kernel with no TCP socket (hubctl.install_roles)
+        JUPYTER_PATH=os.path.join(VENV, "share", "tc-hub"),
         TC_COURSE_ID=ROSTER["course_id"],
         TC_EXCHANGE=ROSTER["exchange"],
         PATH=f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
+        # kernels' IPC sockets and the server's runtime files: in the private /tmp (0700), with a short path
+        **({"JUPYTER_RUNTIME_DIR": "/tmp/jupyter-runtime"} if PRIVATE_TMP else {}),
         OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
         **({"TC_GRADER_URL": f"http://127.0.0.1:{GRADER_PORT}/services/grader/"} if role == "instructor" else {}),
     )
@@ -163,6 +222,7 @@ def role_environment(spawner):
 c.Spawner.pre_spawn_hook = role_environment
 
 # ------------------------------------------------------------------ another login (LMS, IdP)
-# TC_HUB_AUTH_CONFIG=hub/auth/lti13.py or hub/auth/oauth.py (templates: fill in, install the package).
+# TC_HUB_AUTH_CONFIG=hub/auth/oauth.py: the university's OpenID Connect login (hubctl.py start
+# --auth oidc; settings in TC_HUB_OIDC). hub/auth/lti13.py: an LTI 1.3 template (untested).
 if os.environ.get("TC_HUB_AUTH_CONFIG"):
     load_subconfig(os.environ["TC_HUB_AUTH_CONFIG"])  # noqa: F821

@@ -2,7 +2,10 @@
 # Included by the top-level Makefile, which defines PY and `env` and puts .venv/bin first on PATH.
 #
 #   make students CLASSLIST=classlist.csv   import the class list (id,first_name,last_name,email)
-#   make collect LMS=downloads/             LMS download folder -> submitted/<student>/<assignment>/
+#   make collect LMS=download.zip ...       an LMS's download (zip or folder) -> submitted/<student>/<assignment>/
+#        Canvas: CANVAS_GRADEBOOK=export.csv [LMS_TIMES=submissions.json]
+#        Moodle: MOODLE_WORKSHEET=worksheet.csv ASSIGNMENT=01_attention (the worksheet is per assignment)
+#        FILE_TIMES=1: the files' modification times where the LMS gives none (off: never a guess)
 #   make grade                              autograde submitted/ into grades/ (table + feedback)
 #   make grade-table                        rebuild the table and feedback after hand grading
 #   make grade-demo                         grade the demo class of tests/fixtures/demo_class
@@ -46,11 +49,22 @@ grade-questions: env ## grade the written answers question by question (serves t
 	$(GRADER) questions --grades $(GRADE_OUT) --serve
 
 LMS_TIMES ?=
-collect: env ## copy an LMS download folder (LMS=dir) into submitted/ (LMS_TIMES=csv: the LMS's own submission times)
-	$(GRADER) collect $(LMS) --submitted $(GRADE_SUBMITTED) --grades $(GRADE_OUT) $(if $(LMS_TIMES),--times $(LMS_TIMES))
+CANVAS_GRADEBOOK ?=
+MOODLE_WORKSHEET ?=
+ASSIGNMENT ?=
+FILE_TIMES ?=
+collect: env ## an LMS's download (LMS=zip or folder) into submitted/: CANVAS_GRADEBOOK=, MOODLE_WORKSHEET= ASSIGNMENT=, LMS_TIMES=
+	$(GRADER) collect "$(LMS)" --submitted $(GRADE_SUBMITTED) --grades $(GRADE_OUT) \
+		$(if $(CANVAS_GRADEBOOK),--canvas-gradebook "$(CANVAS_GRADEBOOK)") \
+		$(if $(MOODLE_WORKSHEET),--moodle-worksheet "$(MOODLE_WORKSHEET)") \
+		$(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) $(if $(LMS_TIMES),--times "$(LMS_TIMES)") \
+		$(if $(FILE_TIMES),--file-times)
 
-students: env ## import a class list (CLASSLIST=file.csv with id,first_name,last_name,email); on a hub host also its hub users
-	$(GRADER) students import $(CLASSLIST) --grades $(GRADE_OUT)
-	@# a hub host (hubctl.py setup made $(HUB_STATE), root only): run as root there
+# On a hub host (`hubctl.py setup` made $(HUB_STATE)/roster.json, root only) the class lives in the hub:
+# `make students` adds the hub users, their names to the instructor's gradebook and ~/grades, and needs
+# neither .venv nor the network (the hub's venv runs it). Elsewhere: the class list into grades/.
+.SECONDEXPANSION:
+students: $$(if $$(wildcard $$(HUB_STATE)/roster.json),,env) ## import a class list (CLASSLIST=file.csv with id,first_name,last_name,email); on a hub host its hub users
 	@if [ -f "$(HUB_STATE)/roster.json" ]; then \
-	  $(HUB_SUDO) $(HUB_VENV)/bin/python hub/hubctl.py users --state $(HUB_STATE) --classlist $(CLASSLIST) --venv $(HUB_VENV); fi
+	  $(HUB_SUDO) $(HUB_VENV)/bin/python hub/hubctl.py users --state $(HUB_STATE) --classlist $(CLASSLIST) --venv $(HUB_VENV); \
+	else $(GRADER) students import $(CLASSLIST) --grades $(GRADE_OUT); fi

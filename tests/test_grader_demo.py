@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -36,6 +37,7 @@ import make_demo_class  # noqa: E402
 from grader.trusted import supervisor  # noqa: E402
 
 pytestmark = pytest.mark.slow
+DEMO = ROOT / "tests" / "fixtures" / "demo_class"
 
 MANUAL = "needs manual grading"
 # student: (points out of 10, status, why). Autograded points: test_softmax 2 + test_sdpa 3 + test_lookup_query 3
@@ -255,6 +257,25 @@ def test_the_term_late_rule_columns(graded):
     assert "late policy" in graded["stdout"] and "lena_two_days_late: submitted" in graded["stdout"]
 
 
+def test_the_term_collects_canvas_and_moodle_downloads(graded):
+    """Nine students arrive as Canvas's and Moodle's downloads (tests/fixtures/demo_class/lms/), collected
+    through the gradebook export and the grading worksheet before grading, with the LMSs' own times."""
+    out, rows = graded["stdout"], graded["rows"]
+    assert "5 submissions collected (5 from Canvas), 1 file skipped" in out
+    assert "4 submissions collected (4 from Moodle), 2 files skipped" in out
+    assert out.count("1 resubmission replaced an older file") == 2 and "2 marked LATE by Canvas" in out
+    assert "1 submission has no submission time: time unknown, not checked for lateness (sam_copies_rita)" in out
+    assert "1 submission has no submission time: time unknown, not checked for lateness (amy_stderr_and_warnings)" in out
+    assert "Canvas user 1099 is not in Canvas's gradebook export" in out
+    assert "Moodle participant 3099 is not in this assignment's Moodle grading worksheet" in out
+    for student in ("sam_copies_rita", "amy_stderr_and_warnings"):           # no time: said, never guessed
+        assert rows[student]["submitted"] == "" and "time unknown: not checked for lateness" in rows[student]["details"]
+    assert rows["lena_two_days_late"]["submitted"] == "2026-02-08 09:00 UTC"     # Canvas's submitted_at
+    assert rows["max_after_cutoff"]["submitted"] == "2026-02-16 10:00 UTC"       # Moodle's worksheet
+    # the resubmissions, not the first files (the untouched release, 0 points), were graded
+    assert rows["rita_own_work"]["raw_points"] == "8" and rows["dave_edited_tests"]["raw_points"] == "2"
+
+
 def test_the_term_similarity_flags_the_copied_pair_only(graded):
     with (graded["grades"] / "similarity" / "01_attention.csv").open() as fh:
         flagged = {(r["student_a"], r["student_b"]) for r in csv.DictReader(fh) if r["flagged"]}
@@ -270,9 +291,10 @@ def test_the_term_lms_files_and_question_pages(graded):
 
     canvas = lms.read_canvas((graded["grades"] / "lms" / "canvas.csv").read_text())
     moodle = lms.read_moodle((graded["grades"] / "lms" / "moodle.csv").read_text(), "Email address")
-    for student, (points, _, _) in EXPECTED.items():
-        assert canvas["students"][("SIS User ID", student)]["01_attention"] == points
-    assert moodle["lena@example.org"]["01_attention"] == 8
+    for student, (points, status, _) in EXPECTED.items():       # no submission: no grade (blank / -), not 0
+        want = None if status == "no submission" else points
+        assert canvas["students"][("SIS User ID", student)]["01_attention"] == want, student
+        assert moodle[f"{student.split('_')[0]}@example.org"]["01_attention"] == want, student
     assert (graded["grades"] / "lms" / "moodle-questions.csv").exists()
     page = (graded["grades"] / "questions" / "01_attention" / "written_values.html").read_text()
     assert "Mark scheme" in page and page.count("class='answer'") == len(EXPECTED)
@@ -302,7 +324,8 @@ def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path
         "c.CourseDirectory.source_directory = 'source'\n"
         f"c.CourseDirectory.db_url = {db_url!r}\n")
     out = subprocess.run([sys.executable, "-m", "grader", "formgrader", "--grades", str(graded["grades"]),
-                          "--db-url", db_url, "--course-id", "demo", "--autograded", str(course / "autograded")],
+                          "--db-url", db_url, "--course-id", "demo", "--autograded", str(course / "autograded"),
+                          "--submitted", str(DEMO / "submitted")],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     with Gradebook(db_url, course_id="demo") as gb:
@@ -338,6 +361,15 @@ def test_formgrader_shows_the_results_and_hand_grades_come_back(graded, tmp_path
         by_student = {x["student"]: x for x in listing}
         assert len(by_student) == 36
         assert by_student["carol_wrong_scale"]["score"] == 3.5
+        # Manage Submissions: every submission that ran is "autograded" (its gradebook time is the
+        # submitted folder's timestamp.txt, as nbgrader compares them), with the class list's names
+        url = f"http://127.0.0.1:{port}/formgrader/api/submissions/01_attention?token=t"
+        shutil.copytree(DEMO / "submitted", course / "submitted")     # where Manage Submissions reads timestamps
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            manage = {x["student"]: x for x in json.loads(resp.read())}
+        ran = set(by_student)
+        assert {s for s, x in manage.items() if s in ran and not x["autograded"]} == set(), manage
+        assert manage["alice_correct"]["first_name"] == "Alice" and manage["alice_correct"]["last_name"] == "Demo"
         carol = by_student["carol_wrong_scale"]["id"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/formgrader/submissions/{carol}/?token=t",
                                     timeout=30) as resp:

@@ -27,6 +27,12 @@ Situations (detected by ``situations`` below):
   max_falls_past_exp_range   (tiled attention) a row whose block maxima fall, from one block to
                  the next, by more than log(float64 max) = 709.78: re-expressing the old sums
                  relative to the new block's own maximum would overflow
+  overflow_range  a row of logits, scores, an additive mask or x (divided by the temperature where one
+                 is given) whose largest finite entry is above log(float64 max) = 709.78 or below
+                 -745.2: exp of the row overflows (or gives 0 everywhere) unless its maximum is
+                 subtracted first
+  tied_max       a row of logits whose largest finite value occurs more than once
+  float32        the main input is a float32 array (the float32-in, float32-out promise)
 """
 
 from __future__ import annotations
@@ -104,7 +110,7 @@ def situations(inputs):
         tags.add("self")
     elif "memory" in inputs and "x" in inputs:
         tags.add("cross")
-    for name in ("mask", "allowed"):
+    for name in ("mask", "allowed", "memory_mask"):
         m = inputs.get(name)
         if isinstance(m, np.ndarray):
             if m.dtype == bool and _rows_all(m, lambda a: ~a):
@@ -121,6 +127,21 @@ def situations(inputs):
     if isinstance(p, np.ndarray) and p.dtype.kind == "f" and _rows_all(np.moveaxis(p, inputs.get("axis", -1), -1),
                                                                         lambda a: a == 0):
         tags.add("fully_masked")
+    if main is not None and main.dtype == np.float32:
+        tags.add("float32")
+    limit = np.log(np.finfo(np.float64).max)
+    for name in ("logits", "scores", "x", "mask"):
+        a = inputs.get(name)
+        if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.ndim >= 1:
+            t = inputs.get("temperature") or 1.0
+            top = np.max(np.where(np.isfinite(a), a, -np.inf), axis=-1) / t
+            if np.any(top > limit) or np.any(np.isfinite(top) & (top < -745.2)):
+                tags.add("overflow_range")
+    logits = inputs.get("logits")
+    if isinstance(logits, np.ndarray) and logits.ndim >= 1:
+        top = logits.max(axis=-1, keepdims=True)
+        if np.any((np.isfinite(top)) & ((logits == top).sum(axis=-1, keepdims=True) > 1)):
+            tags.add("tied_max")
     am = inputs.get("attention_mask")
     if isinstance(am, np.ndarray) and np.any(am == 0):
         tags.add("padding")
@@ -201,3 +222,16 @@ def test_the_detector_sees_each_situation():
     quarters = {"logits": np.zeros(4), "temperature": 1.0}
     assert "top_p_at_running_sum" in situations({**quarters, "top_p": 0.5})
     assert "top_p_at_running_sum" not in situations({**quarters, "top_p": 0.6})
+    # a padded source sequence with no real token; rows beyond exp's range; a tied maximum; float32
+    assert "fully_masked" in situations({"x": np.zeros((2, 3, 4)), "memory": np.zeros((2, 5, 4)),
+                                         "memory_mask": np.array([[True] * 5, [False] * 5])})
+    assert "fully_masked" not in situations({"x": np.zeros((2, 3, 4)), "memory": np.zeros((2, 5, 4)),
+                                             "memory_mask": np.array([[True] * 5, [False] * 4 + [True]])})
+    row = np.array([[1.0, 2.0, -np.inf], [800.0, 801.0, -np.inf]])
+    assert "overflow_range" in situations({"logits": row})
+    assert "overflow_range" not in situations({"logits": row, "temperature": 2.0})
+    assert "overflow_range" not in situations({"logits": np.array([[-800.0, 0.0]])})
+    assert "tied_max" in situations({"logits": np.array([[0.0, 2.0, 2.0], [1.0, 0.0, -1.0]])})
+    assert "tied_max" not in situations({"logits": np.array([[0.0, 2.0, 1.0], [1.0, 1.0, 2.0]])})
+    assert "float32" in situations({"x": np.zeros((2, 3), np.float32)})
+    assert "float32" not in situations({"x": np.zeros((2, 3))})

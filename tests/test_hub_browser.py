@@ -23,6 +23,19 @@ two notebooks (01_attention, 02_scaling):
 5. the hub restarts from its state with the students' work; stop and purge: no process, user
    or exchange left -- also when a step fails (the fixture).
 
+And a curious student (issue 37): A's 01_attention carries every payload of tests/xss_payloads.py
+(OWASP's filter-evasion list and the known mutation bypasses, in written answers, new markdown
+cells, raw cells, attachments, metadata, outputs of every type, widget state) through the real
+loop; B forges a submission of 02_scaling in A's name (a stub, a later time), which collect
+refuses (A keeps their points). After grading, the instructor opens every view that shows
+student content -- Formgrader's assignments, submissions, gradebook, each submission, students
+pages; the collected and autograded notebooks in JupyterLab; the feedback pages (raw and in
+Lab's viewer); the similarity report made by the grader service's new button -- and no payload
+runs: no request to /tc-xss/, no marked document in any frame, no dialog, no file written into
+the instructor's home, no javascript:/data: link left. Formgrader shows the class list's names
+and, after grading, no "needs autograding"; Autograde routed for one student re-releases that
+student's feedback only; no kernel ran over TCP.
+
 Needs root (system users, the spawner, the grader's sandbox), /usr/bin/chromium
 (`make browser-deps`), the hub's venv and proxy (`make hub-env hub-proxy`). The loop runs only
 with TC_HUB_BROWSER=1 (`make hub-test`); `make test` runs tests/test_hub_service.py instead and
@@ -49,6 +62,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hub"))
 
 import hubctl  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests"))
+import xss_payloads  # noqa: E402
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -93,14 +109,17 @@ def hub_class(tmp_path_factory):
 
     run = secrets.token_hex(2)
     base = f"tc-hub-{run}"
-    cls = hubctl.Class(instructors=[], students=[], exchange=Path(f"/srv/{base}/exchange"), assignments=ASSIGNMENTS)
+    cls = hubctl.Class(instructors=[], students=[], exchange=Path(f"/srv/{base}/exchange"), assignments=ASSIGNMENTS,
+                       home_mb=512, exchange_mb=256)
     state = tmp_path_factory.mktemp("hub-state")
     timer = Timer()
     hub = None
     try:
         new = hubctl.add_users(cls, state, [f"{base}-i"], [f"{base}-a", f"{base}-b"])
         passwords = {user: password for user, _, password in new}
-        hubctl.setup_course(cls, HUB_VENV)
+        hubctl.setup_course(cls, HUB_VENV, state)
+        hubctl.record_people(cls, {f"{base}-a": {"first_name": "Ada", "last_name": "Lovelace", "email": ""},
+                                   f"{base}-b": {"first_name": "Bob", "last_name": "Stub", "email": ""}})
         timer.mark("users (own passwords), exchange, course folder and gradebook set up")
         hub = hubctl.start_hub(cls, port=free_port_block(), venv=HUB_VENV, state=state,
                                extra_env={"COURSE_GRADING_SEED": "18", "TC_GRADER_CELL_TIMEOUT": "20"})
@@ -112,12 +131,15 @@ def hub_class(tmp_path_factory):
         shutil.rmtree(f"/srv/{base}", ignore_errors=True)
 
 
-def login(browser, hub, user: str, password: str, external: list):
+def login(browser, hub, user: str, password: str, external: list, xss: list | None = None):
     ctx = browser.new_context(viewport={"width": 1400, "height": 900})
     ctx.set_default_timeout(TIMEOUT_MS)
 
     def guard(route):          # offline: anything not on 127.0.0.1 is refused and recorded
-        if route.request.url.startswith("http://127.0.0.1:"):
+        if "/tc-xss/" in route.request.url:          # a payload ran (its beacon)
+            (xss if xss is not None else external).append(route.request.url)
+            route.abort()
+        elif route.request.url.startswith("http://127.0.0.1:"):
             route.continue_()
         else:
             external.append(route.request.url)
@@ -161,6 +183,98 @@ def modal_text(frame, selector: str) -> str:
     text = frame.locator(selector).inner_text()
     frame.locator(f"{selector} button", has_text="OK").click()
     return text
+
+
+# Every frame of a page: a payload that ran marks its document; links and sources that would run script.
+FRAME_CHECK = r"""() => {
+    const marked = document.documentElement.getAttribute('data-tc-xss');
+    const active = [];
+    for (const el of document.querySelectorAll('*')) {
+        for (const attr of el.attributes) {
+            const name = attr.name.toLowerCase();
+            if (name === 'srcdoc') active.push('srcdoc');
+            if (!['href', 'src', 'action', 'formaction', 'xlink:href', 'data'].includes(name)) continue;
+            const v = attr.value.replace(/[\s\u0000-\u001f]/g, '').toLowerCase();
+            if (v.startsWith('javascript:') || v.startsWith('vbscript:') || v.startsWith('data:text/html'))
+                active.push(name + '=' + v.slice(0, 60));
+        }
+    }
+    return {marked, active};
+}"""
+
+
+def check_instructor_views(browser, hub, cls, passwords, gpage, timer):
+    """Open every page an instructor opens that shows A's submission; assert no payload ran."""
+    (instructor,), (a, b) = cls.instructors, cls.students
+    ihome = Path(pwd.getpwnam(instructor).pw_dir)
+    course = ihome / "course"
+    xss, external, dialogs = [], [], []
+    ctx, page = login(browser, hub, instructor, passwords[instructor], external, xss)
+    def on_dialog(d):           # alert/confirm/prompt from a payload; leaving a Lab page asks "beforeunload"
+        if d.type == "beforeunload":
+            d.accept()
+        else:
+            dialogs.append(d.message)
+            d.dismiss()
+
+    ctx.on("page", lambda p: p.on("dialog", on_dialog))
+    page.on("dialog", on_dialog)
+    user = f"{hub.url}/user/{instructor}"
+    with sqlite3.connect(course / "gradebook.db") as db:
+        ids = dict(db.execute(
+            "SELECT s.student_id, n.id FROM submitted_notebook n JOIN submitted_assignment s ON n.assignment_id = s.id "
+            "JOIN assignment x ON s.assignment_id = x.id WHERE x.name = ?", (ASSIGNMENT,)).fetchall())
+    # the similarity report, from the grader service's page (the instructor's shell cannot run the grader)
+    gpage.locator(f"button.similarity[data-assignment='{ASSIGNMENT}']").click()
+    gpage.locator("#result.done, #result.failed").wait_for(timeout=600_000)
+    similarity = json.loads(gpage.locator("#result").inner_text())
+    assert similarity["success"] and (ihome / similarity["report"]).stat().st_uid == pwd.getpwnam(instructor).pw_uid, similarity
+    views = [f"{user}/formgrader/manage_assignments", f"{user}/formgrader/manage_submissions/{ASSIGNMENT}",
+             f"{user}/formgrader/gradebook", f"{user}/formgrader/gradebook/{ASSIGNMENT}",
+             f"{user}/formgrader/gradebook/{ASSIGNMENT}/{ASSIGNMENT}",
+             f"{user}/formgrader/submissions/{ids[a]}/?index=0", f"{user}/formgrader/submissions/{ids[b]}/?index=1",
+             f"{user}/formgrader/manage_students", f"{user}/formgrader/manage_students/{a}",
+             f"{user}/formgrader/manage_students/{a}/{ASSIGNMENT}",
+             f"{user}/files/grades/feedback/{a}/{ASSIGNMENT}.html",
+             f"{user}/files/course/feedback/{a}/{ASSIGNMENT}/{ASSIGNMENT}.html",
+             f"{user}/files/{similarity['report']}",
+             f"{user}/lab/tree/course/submitted/{a}/{ASSIGNMENT}/{ASSIGNMENT}.ipynb",
+             f"{user}/lab/tree/course/autograded/{a}/{ASSIGNMENT}/{ASSIGNMENT}.ipynb",
+             f"{user}/lab/tree/grades/feedback/{a}/{ASSIGNMENT}.html"]
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    seen, broken = {}, []
+    for url in views:
+        page.goto(url)
+        if "/lab/tree/" in url and url.endswith(".ipynb"):
+            page.locator(".jp-MarkdownCell .jp-RenderedMarkdown").first.wait_for()
+        elif "/lab/tree/" in url:
+            page.locator(".jp-HTMLViewer iframe, iframe[sandbox]").last.wait_for()
+        elif "/submissions/" in url:         # MathJax has run (a page the payloads broke is checked all the same)
+            try:
+                page.locator("mjx-container").first.wait_for(timeout=60_000)
+            except PlaywrightTimeout:
+                broken.append(url)
+        page.wait_for_timeout(1500)                   # onerror, onload, srcdoc frames, MathJax: time to run
+        found = [f.evaluate(FRAME_CHECK) for f in page.frames]
+        seen[url.split(instructor, 1)[1]] = found
+        for got in found:
+            assert got["marked"] is None and got["active"] == [], (url, got)
+        text = page.locator("body").inner_text()
+        if url.endswith(f"manage_submissions/{ASSIGNMENT}"):
+            assert "needs autograding" not in text.lower() and "None, None" not in text, text[:2000]
+            assert "Lovelace, Ada" in text and "Stub, Bob" in text, text[:2000]
+        if f"submissions/{ids[a]}/" in url:
+            assert xss_payloads.markdown_payloads(hub.url, instructor)["md-img-onerror"][:40] in text, \
+                "the instructor reads A's written answer as text"
+    page.wait_for_timeout(1000)
+    ctx.close()
+    written = sorted(p.name for p in ihome.glob("tc-xss-*"))
+    assert xss == [] and dialogs == [] and written == [], (len(xss), xss[:60], dialogs[:5], written)
+    assert broken == [], f"Formgrader's maths did not typeset on {broken}"
+    assert external == [], f"requests left 127.0.0.1: {external[:10]}"
+    timer.mark(f"{len(views)} instructor views of A's {len(xss_payloads.ids())} payloads: none ran "
+               f"(similarity report from the grader page in {similarity['seconds']} s)")
 
 
 @browser_loop
@@ -229,10 +343,24 @@ def test_hub_loop_in_browser(hub_class):
                     report = dialog.inner_text()
                     assert verdict == correct, report[:2000]
                     dialog.get_by_role("button", name="Ok").click()
+                    if correct and name == ASSIGNMENT:   # then A puts every XSS payload in (nbgrader's Validate
+                        # refuses a notebook with markup in a grade id; its Submit does not look)
+                        planted = xss_payloads.plant(json.loads(mine.read_text()), hub.url, instructor)
+                        mine.write_text(json.dumps(planted), encoding="utf-8")
                     item.get_by_role("button", name="Submit").click()
                     page.locator("#submitted_assignments_list").get_by_text(name).first.wait_for()
                     timer.mark(f"{student}: {name} fetched, validated ({'passed' if verdict else 'failed'}), submitted")
                 students[student] = (ctx, page)
+
+            # ---- B forges a later submission of 02 in A's name, a stub (issue 37, finding 4)
+            inbound = cls.exchange / cls.course_id / "inbound"
+            forged = f"{a}+02_scaling+2099-01-01 00:00:00.000000 UTC+forged"
+            stub = (ROOT / "exercises" / "02_scaling" / "02_scaling.ipynb").read_text()
+            made = hubctl.as_user(b, f"mkdir '{inbound}/{forged}' && cat > '{inbound}/{forged}/02_scaling.ipynb' <<'EOF'\n"
+                                     f"{stub}\nEOF\necho '2099-01-01 00:00:00.000000 UTC' > '{inbound}/{forged}/timestamp.txt'",
+                                  venv=HUB_VENV)
+            assert made.returncode == 0, made.stderr
+            timer.mark("B forged a submission of 02_scaling in A's name")
 
             # ---- 3. the instructor collects, then grades in the sandbox from the grader service's page
             ipage.goto(f"{hub.url}/user/{instructor}/formgrader/manage_assignments")
@@ -241,6 +369,9 @@ def test_hub_loop_in_browser(hub_class):
                 assert f"Successfully collected submissions of '{name}'" in modal_text(ipage, "#success-modal")
                 for student in (a, b):
                     assert (course / "submitted" / student / name / f"{name}.ipynb").exists()
+            collected = json.loads((course / "submitted" / a / "02_scaling" / "02_scaling.ipynb").read_text())
+            assert collected["cells"] == json.loads((SOLUTIONS / "02_scaling" / "02_scaling.ipynb").read_text())["cells"], \
+                "collect took B's forgery in A's name"
             timer.mark("collected from Formgrader")
 
             gpage = ictx.new_page()
@@ -266,6 +397,9 @@ def test_hub_loop_in_browser(hub_class):
             assert r.status == 200 and any(c["name"] == "grades.csv" for c in r.json()["content"])
             rows = {r["student"]: r for r in csv.DictReader(open(grades / "grades.csv", encoding="utf-8"))}
 
+            # ---- every instructor view of student content, with A's payloads in it (finding 1)
+            check_instructor_views(browser, hub, cls, passwords, gpage, timer)
+
             # Formgrader shows the graded submission, maths typeset by the server's own MathJax.
             with sqlite3.connect(course / "gradebook.db") as db:
                 (notebook_id,) = db.execute(
@@ -280,7 +414,10 @@ def test_hub_loop_in_browser(hub_class):
             assert str(maths["version"]).startswith("3") and maths["typeset"] > 0 and maths["errors"] == 0, maths
             timer.mark(f"Formgrader page of {a}'s submission: {maths['typeset']} formulas typeset offline")
 
-            # Formgrader's own Autograde (its API, as its button calls it) goes to the sandboxed grader service.
+            # Formgrader's own Autograde (its API, as its button calls it) goes to the sandboxed grader service,
+            # and re-releases that student's feedback only (finding 5)
+            released = cls.exchange / cls.course_id / "feedback"
+            before = {p.name: p.stat().st_mtime_ns for p in released.iterdir()}
             auto = ipage.evaluate(
                 """async (url) => { const x = decodeURIComponent(document.cookie.match(/_xsrf=([^;]+)/)[1]);
                    const r = await fetch(url, {method: 'POST', headers: {'X-XSRFToken': x}});
@@ -288,6 +425,9 @@ def test_hub_loop_in_browser(hub_class):
                 f"/user/{instructor}/formgrader/api/submission/{ASSIGNMENT}/{a}/autograde")
             assert auto["status"] == 200 and auto["body"]["success"], auto
             assert grades.stat().st_uid == pwd.getpwnam(instructor).pw_uid
+            after = {p.name: p.stat().st_mtime_ns for p in released.iterdir()}
+            touched = {n for n in after if before.get(n) != after[n]}
+            assert len(touched) <= 1, f"Autograde of {a} re-released {len(touched)} feedback files: {touched}"
             timer.mark("Formgrader's Autograde routed to the sandboxed grader service")
 
             # ---- 4. each student sees their own feedback and nobody else's
@@ -339,6 +479,8 @@ def test_hub_loop_in_browser(hub_class):
                 assert seen.returncode != 0 and "Permission denied" in seen.stderr, (command, seen.stdout[:300])
             timer.mark("isolation checked")
             assert external == [], f"requests left 127.0.0.1: {external[:10]}"
+            log = (hub.state / "jupyterhub.log").read_text(errors="replace")
+            assert "Kernel is running over TCP without encryption" not in log
         finally:
             browser.close()
 

@@ -13,6 +13,14 @@ passwords, PAM), limits per student (hub/limits.py) and the grader service. Trie
   nbgrader on PATH;
 * as the student's uid: the checkout's notebooks/ and solutions/, the instructor's course folder
   (sources, gradebook) and the other student's home are refused;
+* kernels and servers of one student cannot be read by another (issue 37, finding 2): B's
+  kernel prints a secret in a loop while A, as A's uid, does what the real attacker did --
+  finds B's listening ports in /proc/net/tcp and B's sockets, subscribes to each with zmq --
+  and receives nothing: B's kernels (also Validate's) listen on no TCP port, their IPC sockets
+  are in B's private /tmp; no server logs "Kernel is running over TCP without encryption";
+* each server has its own /tmp and /dev/shm: what A writes there is not on the host's, not in
+  B's, and gone when A's server stops (with every process A left behind); A's home is a
+  filesystem of its own size (ENOSPC past it);
 * a hang-up (SIGHUP to the hub's process group) does not stop the hub; `stop` leaves no process
   of the class and keeps users, homes, exchange, database and cookie secret: after `start` the
   student's session cookie is still valid and their work is there; `stop --purge` removes all.
@@ -44,6 +52,39 @@ import limits  # noqa: E402
 HUB_VENV = Path(os.environ.get("HUB_VENV", "/opt/transformer-course-hub"))
 CHP = ROOT / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
 MEMORY_MB, PROCESSES = 700, 150
+HOME_MB = 200
+SECRET = "classmate-secret-7f3a"
+
+# What the attacker ran (issue 37): every listening TCP port of the victim's uid, every socket file
+# the attacker can find of theirs, a zmq SUB on each, for a few seconds. Prints what arrived.
+SNOOP = r"""
+import glob, json, os, sys, time, zmq
+victim = int(sys.argv[1]); seconds = float(sys.argv[2])
+
+def endpoints():
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and int(f[7]) == victim:
+                found.append("tcp://127.0.0.1:%d" % int(f[1].rsplit(":", 1)[1], 16))
+    for pattern in ("/tmp/jupyter-runtime/*-ipc-*", "/tmp/*/kernel-*-ipc-*", "/home/*/.local/share/jupyter/runtime/*-ipc-*",
+                    "/home/*/*/kernel-ipc-*", "/dev/shm/*"):
+        found += ["ipc://" + p for p in glob.glob(pattern)]
+    return found
+
+ctx, poller, tried, got = zmq.Context(), zmq.Poller(), set(), []
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    for e in set(endpoints()) - tried:          # the victim's kernels come and go: look again every round
+        s = ctx.socket(zmq.SUB); s.setsockopt(zmq.SUBSCRIBE, b""); s.setsockopt(zmq.LINGER, 0)
+        s.connect(e); poller.register(s, zmq.POLLIN); tried.add(e)
+    for s, _ in poller.poll(500):
+        got.append(b"".join(s.recv_multipart()).decode("utf-8", "replace"))
+ports = sorted(int(e.rsplit(":", 1)[1]) for e in tried if e.startswith("tcp"))
+print(json.dumps({"ports": ports, "paths": sorted(e for e in tried if e.startswith("ipc")), "messages": len(got),
+                  "text": chr(10).join(got)[-3000:]}))
+"""
 
 pytestmark = pytest.mark.slow
 
@@ -61,14 +102,14 @@ def klass(tmp_path_factory):
     base = f"tc-hs-{secrets.token_hex(2)}"
     state = tmp_path_factory.mktemp("hub-state")
     cls = hubctl.Class(instructors=[], students=[], exchange=Path(f"/srv/{base}/exchange"),
-                       assignments=["01_attention"])
+                       assignments=["01_attention"], home_mb=HOME_MB, exchange_mb=0)
     try:
         new = hubctl.add_users(cls, state, [f"{base}-i"], [f"{base}-a", f"{base}-b"])
-        hubctl.setup_course(cls, HUB_VENV)
+        hubctl.setup_course(cls, HUB_VENV, state)
         yield {"cls": cls, "state": state, "passwords": {u: p for u, _, p in new}, "port": free_port_block()}
     finally:
         hubctl.stop_hub(state=state, cls=cls)
-        hubctl.teardown(cls, state)
+        hubctl.teardown(hubctl.Class.load(state) if (state / "roster.json").exists() else cls, state)
         shutil.rmtree(f"/srv/{base}", ignore_errors=True)
 
 
@@ -204,6 +245,75 @@ def test_hub_service(klass):
         assert big["error"] and "MemoryError" in big["error"], big
     print(f"[hub service] limits tried: {many['stdout'].strip()}; {2 * MEMORY_MB} MiB -> "
           f"{'kernel killed' if big['dead'] else big['error']}; {time.monotonic() - t0:.1f} s so far")
+
+    # ---- one student's kernels cannot be read by another (finding 2), also Validate's
+    sb, r = login(hub.url, b, pw[b])
+    assert r.status_code == 302
+    sb.get(f"{hub.url}/hub/spawn/{b}")
+    wait_server(sb, hub.url, b)
+    buid = pwd.getpwnam(b).pw_uid
+    snoop = subprocess.Popen(["setpriv", f"--reuid={a}", f"--regid={a}", "--init-groups",
+                              str(HUB_VENV / "bin" / "python"), "-c", SNOOP, str(buid), "40"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    time.sleep(2)
+    loud = run_in_kernel(sb, hub.url, b, (
+        "import json, os, time\n"
+        "from ipykernel.kernelapp import IPKernelApp\n"
+        "app = IPKernelApp.instance()\n"
+        "print(json.dumps({'transport': app.transport, 'ip': app.ip, 'cf': app.connection_file}), flush=True)\n"
+        "for i in range(30):\n"
+        f"    print('{SECRET}', i, flush=True); time.sleep(0.3)\n"), timeout=120)
+    base_url = f"{hub.url}/user/{b}"
+    xsrf = sb.cookies.get("_xsrf", path=f"/user/{b}/")
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+                     "source": f"print('{SECRET}-validate')"}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    hubctl.as_user(b, f"cat > v.ipynb <<'EOF'\n{json.dumps(nb)}\nEOF", venv=HUB_VENV)
+    validate = sb.post(f"{base_url}/assignments/validate", data={"path": "v.ipynb"},
+                       headers={"X-XSRFToken": xsrf})       # nbgrader's Validate runs it in a kernel of its own
+    out, err = snoop.communicate(timeout=120)
+    assert snoop.returncode == 0, err[-2000:]
+    seen = json.loads(out.strip().splitlines()[-1])
+    kernel = json.loads(loud["stdout"].splitlines()[0])
+    print(f"[hub service] A snooping on B: {len(seen['ports'])} TCP ports of B's uid {seen['ports']}, "
+          f"{len(seen['paths'])} socket paths visible, {seen['messages']} messages; B's kernel: {kernel}")
+    assert SECRET not in seen["text"] and seen["messages"] == 0, seen
+    assert kernel["transport"] == "ipc" and kernel["cf"].startswith("/tmp/jupyter-runtime/"), kernel
+    assert len(seen["ports"]) <= 1, f"B's uid listened on {seen['ports']}: only the server's own HTTP port may be there"
+    assert validate.status_code == 200 and validate.json()["success"], validate.text[:500]
+    log = (state / "jupyterhub.log").read_text(errors="replace")
+    assert "Kernel is running over TCP without encryption" not in log
+
+    # ---- a server's own /tmp and /dev/shm; a home of its own size
+    made = run_in_kernel(sa, hub.url, a, (
+        "import os\n"
+        "open('/dev/shm/tc-a-shm', 'wb').write(b'x' * (50 * 2**20))\n"
+        "open('/tmp/tc-a-tmp', 'w').write('private')\n"
+        "try:\n"
+        f"    open(os.path.expanduser('~/fill'), 'wb').write(b'x' * ({HOME_MB + 50} * 2**20))\n"
+        "except OSError as e: print('home full:', e.strerror)\n"
+        "os.remove(os.path.expanduser('~/fill'))\n"
+        "import subprocess; subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+        "print('made', os.getpid())\n"))
+    assert made["error"] is None and "home full: No space left on device" in made["stdout"], made
+    uid = pwd.getpwnam(a).pw_uid
+    assert not Path("/dev/shm/tc-a-shm").exists() and not Path("/tmp/tc-a-tmp").exists(), "A's files are on the host's"
+    assert [p for p in Path("/dev/shm").iterdir() if p.stat().st_uid == uid] == []
+    peek = run_in_kernel(sb, hub.url, b, "import os; print(os.path.exists('/tmp/tc-a-tmp'), os.path.exists('/dev/shm/tc-a-shm'))")
+    assert peek["stdout"].split() == ["False", "False"], peek
+    shm_charged = limits.usage(a).get("memory", 0)
+    hub_xsrf = next(c.value for c in sa.cookies if c.name == "_xsrf" and c.path.startswith("/hub"))
+    r = sa.delete(f"{hub.url}/hub/api/users/{a}/server", headers={"Referer": f"{hub.url}/hub/", "X-XSRFToken": hub_xsrf})
+    assert r.status_code in (202, 204), r.text[:300]
+    deadline = time.monotonic() + 60
+    while hubctl.processes_of(uid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert hubctl.processes_of(uid) == [], "a process A left behind (sleep 600, its own session) outlives the server"
+    print(f"[hub service] A's /dev/shm file (50 MiB) charged to A's cgroup while the server ran "
+          f"({shm_charged / 2**20:.0f} MiB); after the stop: no process of A, nothing of A in the host's /dev/shm")
+    sa.get(f"{hub.url}/hub/spawn/{a}")
+    wait_server(sa, hub.url, a)
+    again = run_in_kernel(sa, hub.url, a, "import os; print(os.path.exists('/dev/shm/tc-a-shm'), os.path.exists('/tmp/tc-a-tmp'))")
+    assert again["stdout"].split() == ["False", "False"], again
 
     # ---- what the student's uid cannot read
     assert (Path(pwd.getpwnam(a).pw_dir) / "theory.md").is_file()

@@ -106,11 +106,11 @@ FLOORS = {
     # one module per concept (and torch_interop, which copies PyTorch's weights into the concept blocks)
     "concepts": {"softmax", "attention", "masks", "multihead", "positional", "normalization", "activations",
                  "feedforward", "encoder", "online_softmax", "kv_cache", "decoder_block", "loss", "generation", "speculative",
-                 "backward", "quantization", "gguf_file", "torch_interop"},
+                 "backward", "quantization", "gguf_file", "safetensors_file", "torch_interop"},
     # the models, composed of the concepts (a model may build on another: lora on llama, smollm2 on llama)
     "models": {"decoder", "llama", "smollm2", "smollm2_reference", "pretrained", "training", "lora"},
     # what the notebooks and the reader use on top: the exports, the tour, grading, figures, test helpers
-    "front": {"__init__", "__main__", "grading", "plotting", "diagrams", "testing", "toy"},
+    "front": {"__init__", "__main__", "grading", "plotting", "diagrams", "testing", "exercise_rule", "toy"},
 }
 # Models that compose no concept module, and why.
 NOT_COMPOSED = {"smollm2_reference": "transformers' own SmolLM2, the independent reference: none of ours on purpose"}

@@ -152,7 +152,7 @@ def test_every_case_passes_with_its_own_reference(monkeypatch, case_id, seed):
     monkeypatch.setenv(SEED_ENV, seed)
     monkeypatch.delenv(EXPORT_ENV, raising=False)
     case = hidden_case(case_id)
-    case.check(case.spec.reference(**case.inputs))
+    case.check(case.spec.as_promised(case.spec.reference(**case.inputs)))   # float32 cases: the float64 reference, rounded
     # and the expected outputs are real numbers, not NaN
     for out in case.expected():
         assert not np.isnan(np.asarray(out, dtype=float)).any()

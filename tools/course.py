@@ -1,6 +1,7 @@
 """Build and check the course's generated notebooks.
 
-    python tools/course.py release     # notebooks/ -> exercises/   (nbgrader generate_assignment)
+    python tools/course.py release     # notebooks/ -> exercises/   (nbgrader generate_assignment), and the rule
+    python tools/course.py rule        # notebooks/ -> lib/transformer_course/exercise_rule.json (exercise_rule.py)
     python tools/course.py solutions   # notebooks/ -> solutions/   (markers and hidden tests removed, executed)
     python tools/course.py all         # both
 
@@ -163,6 +164,22 @@ def release(names: list[str]) -> None:
         finish_release(released)
         print(f"released   {released.relative_to(ROOT)}")
     print(f"released {len(names)} notebook(s) in {time.perf_counter() - t0:.1f} s")
+    rule()
+
+
+RULE_FILE = ROOT / "lib" / "transformer_course" / "exercise_rule.json"
+
+
+def rule() -> None:
+    """lib/transformer_course/exercise_rule.json: what the grader's package rule decides for every notebook, which
+    the student's kernel reads to hold the exercises to the rule the grader applies (exercise_rule.py)."""
+    sys.path.insert(0, str(ROOT))
+    from grader.trusted.package import rule_text
+
+    text = rule_text(ROOT)
+    if not RULE_FILE.exists() or RULE_FILE.read_text(encoding="utf-8") != text:
+        RULE_FILE.write_text(text, encoding="utf-8")
+        print(f"wrote      {RULE_FILE.relative_to(ROOT)}")
 
 
 def solution_notebook(source: Path):
@@ -342,12 +359,14 @@ def solutions(names: list[str]) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=["release", "solutions", "all"])
+    parser.add_argument("step", choices=["release", "rule", "solutions", "all"])
     parser.add_argument("names", nargs="*", help="assignments (default: all)")
     args = parser.parse_args(argv)
     names = args.names or assignments()
     if args.step in ("release", "all"):
         release(names)
+    if args.step == "rule":
+        rule()
     if args.step in ("solutions", "all"):
         solutions(names)
     return 0

@@ -33,6 +33,88 @@ class CellTimeout(BaseException):
     """Raised in a cell that ran longer than the per-cell time limit."""
 
 
+def not_available(rule, user_ns) -> None:
+    """The course's rule, in words, for a library the sandbox does not hold (transformer_course/exercise_rule.py).
+
+    What is importable is decided by the file system: the sandbox's site-packages holds only the allowed
+    distributions. This finder, consulted after every other one has found nothing, acts on the names installed on
+    the machine but left out:
+
+    * imported by the student's cells (``import torch`` in a set-up cell, ``from scipy.special import erf``), the
+      name is bound to a stand-in whose every use -- a call, an attribute's call, arithmetic, conversion -- raises
+      the rule's message. So an import costs nothing by itself, and an exercise scores 0 only if it needs the
+      library -- as Validate judges it (the library is installed there, and watched inside the exercises only);
+    * imported by anything else (an allowed library's optional import, the course package), the import fails with
+      the rule's message, as a missing module does.
+
+    Removing it changes the message and when it comes, never what can be used."""
+    if not rule or not rule.get("names"):
+        return
+    import importlib
+    import importlib.abc
+    import importlib.machinery
+    import types
+
+    names, message = frozenset(rule["names"]), rule["message"]
+    machinery = {importlib.__file__}
+
+    def refuse(what):
+        return ModuleNotFoundError(message.replace("{name}", what.partition(".")[0]), name=what)
+
+    class Unavailable:
+        """What ``name`` stands for while grading: every use says the rule."""
+
+        __slots__ = ("_name",)
+
+        def __init__(self, name):
+            object.__setattr__(self, "_name", name)
+
+        def __getattr__(self, attr):
+            if attr.startswith("__") and attr.endswith("__"):
+                raise AttributeError(attr)
+            return Unavailable(f"{self._name}.{attr}")
+
+        def _refuse(self, *args, **kwargs):
+            raise refuse(self._name)
+
+        __call__ = __iter__ = __len__ = __bool__ = __getitem__ = __setitem__ = __contains__ = _refuse
+        __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _refuse
+        __matmul__ = __rmatmul__ = __pow__ = __neg__ = __float__ = __int__ = __index__ = __array__ = _refuse
+        __enter__ = __mro_entries__ = _refuse
+
+        def __repr__(self):
+            return f"<{self._name}: not available while grading>"
+
+    class NotAvailableModule(types.ModuleType):
+        def __getattr__(self, attr):
+            if attr.startswith("__") and attr.endswith("__"):
+                raise AttributeError(attr)
+            return Unavailable(f"{self.__name__}.{attr}")
+
+    class StandIn(importlib.abc.Loader):
+        def create_module(self, spec):
+            module = NotAvailableModule(spec.name)
+            module.__path__ = []                   # a package: `import scipy.special` goes on to the stand-in
+            return module
+
+        def exec_module(self, module):
+            pass
+
+    class NotAvailableWhileGrading(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname.partition(".")[0] not in names:
+                return None
+            frame = sys._getframe(1)
+            while frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib")
+                                         or frame.f_code.co_filename in machinery):
+                frame = frame.f_back
+            if frame is not None and frame.f_globals is user_ns:          # the student's own cells
+                return importlib.machinery.ModuleSpec(fullname, StandIn(), is_package=True)
+            raise refuse(fullname)
+
+    sys.meta_path.append(NotAvailableWhileGrading())
+
+
 def main(job_file: str = "/grading/job.json") -> None:
     with open(job_file, encoding="utf-8") as fh:
         job = json.load(fh)
@@ -67,6 +149,7 @@ def main(job_file: str = "/grading/job.json") -> None:
     cfg.InteractiveShell.xmode = "Context"
     t0 = time.monotonic()
     shell = InteractiveShell.instance(config=cfg)
+    not_available(job.get("not_available"), shell.user_ns)
     if job.get("timing"):
         os.write(1, f"timing: shell {time.monotonic() - t0:.3f} s\n".encode())
 
@@ -127,6 +210,7 @@ def main(job_file: str = "/grading/job.json") -> None:
             error = None
             signal.signal(signal.SIGALRM, on_alarm)
             signal.setitimer(signal.ITIMER_REAL, timeout)
+            skipped = False
             try:
                 result = shell.run_cell(chunk["code"], store_history=False)
                 error = result.error_before_exec or result.error_in_exec
@@ -134,8 +218,12 @@ def main(job_file: str = "/grading/job.json") -> None:
                 error = exc
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            if type(error).__name__ == "SkippedWhileGrading":
+                # transformer_course.testing.skip_while_grading: the rest of the cell needs what the grader does
+                # not offer (a comparison with PyTorch or the package's twin); its note is the cell's output
+                error, skipped = None, True
             outcome = {"cell": index, "chunk": number, "seconds": round(time.monotonic() - started, 3),
-                       "error": describe(error), "timeout": isinstance(error, CellTimeout)}
+                       "error": describe(error), "timeout": isinstance(error, CellTimeout), "skipped": skipped}
             result = error = None
             shell.last_execution_result = None
             tidy(collect=bool(outcome["error"]) and outcome["error"]["ename"] == "MemoryError")

@@ -5,9 +5,11 @@ a notebook it draws the inputs from a seed the sandbox never sees, writes them
 as plain arrays (plus a JSON manifest) for the sandboxed run, computes the
 expected outputs with the full course package, and afterwards compares the
 arrays the run exported: loaded with ``allow_pickle=False``, size-checked
-before decompression, numeric dtype, exact shape, no NaN where the reference
-is finite, infinities in the same places, relative error within the case's
-tolerance (the same measure as the notebooks' ``assert_close``).
+before decompression, numeric dtype (the very dtype where the case says what the
+docstring promises), exact shape, no NaN where the reference is finite, infinities in
+the same places, relative error within the case's tolerance (the notebooks'
+``assert_close`` measure, or against the output's scale where the case asks for it:
+``transformer_course_cases.Case``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import io
 import json
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +69,8 @@ class Prepared:
     expected: dict[str, tuple]          # case id -> reference outputs
     output_names: dict[str, tuple]
     tolerance: dict[str, float]
+    dtypes: dict[str, tuple] = field(default_factory=dict)   # case id -> the promised dtype per output (or None)
+    floor: dict[str, float] = field(default_factory=dict)    # case id -> Case.floor (0: entry-wise errors)
 
 
 def prepare_cases(case_ids, seed: int, folder: Path) -> Prepared:
@@ -74,7 +78,7 @@ def prepare_cases(case_ids, seed: int, folder: Path) -> Prepared:
     from transformer_course_cases import hidden_case
 
     folder.mkdir(parents=True, exist_ok=True)
-    manifest, expected, names, tol = {}, {}, {}, {}
+    manifest, expected, names, tol, dtypes, floor = {}, {}, {}, {}, {}, {}
     for case_id in case_ids:
         case = hidden_case(case_id, seed=seed)
         arrays: dict = {}
@@ -86,8 +90,10 @@ def prepare_cases(case_ids, seed: int, folder: Path) -> Prepared:
             expected[case_id] = tuple(np.asarray(e) for e in case.expected())
         names[case_id] = tuple(case.spec.output_names)
         tol[case_id] = float(case.spec.tol)
+        dtypes[case_id] = tuple(case.spec.dtype_of(i) for i in range(len(names[case_id])))
+        floor[case_id] = float(case.spec.floor)
     (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-    return Prepared(seed, expected, names, tol)
+    return Prepared(seed, expected, names, tol, dtypes, floor)
 
 
 # --------------------------------------------------------------------------- comparison
@@ -165,44 +171,30 @@ def compare_case(case_id: str, prepared: Prepared, files: dict[str, bytes],
     except Exception as exc:  # noqa: BLE001 -- anything unreadable fails the case
         return CaseResult(case_id, False, f"the exported result is unreadable ({type(exc).__name__}: "
                                           f"{str(exc)[:120]})")
-    for name, ref in zip(names, expected):
+    dtypes = prepared.dtypes.get(case_id) or (None,) * len(names)
+    for name, ref, dtype in zip(names, expected, dtypes):
         got = arrays.get(name)
         if got is None:
             return CaseResult(case_id, False, f"{name}: missing from the result")
-        reason = compare_array(name, got, np.asarray(ref), tol)
+        reason = compare_array(name, got, np.asarray(ref), tol, dtype=dtype, floor=prepared.floor.get(case_id, 0.0))
         if reason:
             return CaseResult(case_id, False, reason)
     return CaseResult(case_id, True, "")
 
 
-def compare_array(name: str, got: np.ndarray, ref: np.ndarray, tol: float) -> str:
-    """'' when ``got`` matches ``ref``; otherwise a short reason."""
+def compare_array(name: str, got: np.ndarray, ref: np.ndarray, tol: float, *, dtype=None, floor: float = 0.0) -> str:
+    """'' when ``got`` matches ``ref``; otherwise a short reason.
+
+    A plain number (float, integer; boolean where the reference is), of the dtype the case promises
+    (``dtype``: a name, "integer", "floating" or None for any), of the reference's shape, NaN and
+    infinities where the reference has them, and every other entry within ``tol`` in the measure of
+    ``transformer_course_cases.relative_errors`` with the case's ``floor``: the same rules
+    ``HiddenCase.check`` applies in a notebook's own process.
+    """
+    from transformer_course_cases import dtype_mismatch, scaled_mismatch
+
     allowed = "iuf" + ("b" if ref.dtype.kind == "b" else "")
     if got.dtype.kind not in allowed:
         return f"{name}: expected a float or integer array, got dtype {got.dtype}"
-    if got.shape != ref.shape:
-        return f"{name}: expected shape {ref.shape}, got shape {got.shape}"
-    a = got.astype(np.float64)
-    e = ref.astype(np.float64)
-    if a.size == 0:
-        return ""
-    nan_a, nan_e = np.isnan(a), np.isnan(e)
-    if (nan_a & ~nan_e).any():
-        where = tuple(int(i) for i in np.argwhere(nan_a & ~nan_e)[0])
-        return f"{name}: NaN at index {where} where a number was expected"
-    if (nan_e & ~nan_a).any():
-        where = tuple(int(i) for i in np.argwhere(nan_e & ~nan_a)[0])
-        return f"{name}: a number at index {where} where NaN was expected"
-    inf_a, inf_e = np.isinf(a), np.isinf(e)
-    bad_inf = (inf_a | inf_e) & ~((a == e) & inf_e)
-    if bad_inf.any():
-        where = tuple(int(i) for i in np.argwhere(bad_inf)[0])
-        return f"{name}: infinite value mismatch at index {where}"
-    ok = ~(nan_a | inf_e)
-    with np.errstate(all="ignore"):
-        err = np.where(ok, np.abs(a - e) / np.maximum(1e-8, np.abs(a) + np.abs(e)), 0.0)
-    worst = float(err.max())
-    if not worst <= tol:
-        where = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape)) if err.ndim else ()
-        return f"{name}: relative error {worst:.1e} at index {where} (tolerance {tol:.0e})"
-    return ""
+    reason = dtype_mismatch(got, dtype) or scaled_mismatch(got, ref, tol, floor)
+    return f"{name}: {reason}" if reason else ""

@@ -106,7 +106,8 @@ class WorkerSandbox:
                 unpack(payload["inputs"], job_dir / "inputs")
                 unpack(payload["files"], job_dir / "files")
                 return supervisor.run_in_sandbox(job=payload["job"], job_dir=job_dir, pkg_dir=pkg_dir, user=self.user,
-                                              limits=payload["limits"], venv=Path(sys.prefix), zygote=self.zygote)
+                                              limits=payload["limits"], venv=Path(sys.prefix), zygote=self.zygote,
+                                              data=tuple(payload.get("data", ())))
             finally:
                 shutil.rmtree(job_dir, ignore_errors=True)
 
@@ -172,12 +173,12 @@ class RemoteSandbox:
                 self._packages[pkg_dir] = (digest, self.client.scatter(blob, broadcast=True, hash=False))
             return self._packages[pkg_dir]
 
-    def run(self, *, job: dict, job_dir: Path, pkg_dir: Path, user, limits, venv, zygote):
+    def run(self, *, job: dict, job_dir: Path, pkg_dir: Path, user, limits, venv, zygote, data=()):
         """Same arguments and result as ``supervisor.run_in_sandbox``; ``user``, ``venv`` and
         ``zygote`` are the worker's own and ignored here."""
         digest, blob = self._package(pkg_dir)
         payload = {"job": job, "inputs": pack(job_dir / "inputs"), "files": pack(job_dir / "files"),
-                   "pkg_digest": digest, "pkg": blob, "limits": limits}
+                   "pkg_digest": digest, "pkg": blob, "limits": limits, "data": list(data)}
         return self.client.submit(run_job, payload, pure=False).result()
 
     def close(self) -> None:

@@ -6,7 +6,10 @@ For every submission that ran, this writes into nbgrader's gradebook (the
 course's, from nbgrader_config.py, unless --db-url says otherwise), through
 nbgrader's own Python API:
 
-* the student (names and e-mail from the class list), the submission, and for
+* the student (names and e-mail from the class list; a name the class list lacks is left as
+  the gradebook has it, so names put there by the hub's ``hubctl.py users`` stay), the
+  submission with its time (the ``timestamp.txt`` beside it in submitted/, nbgrader's own
+  format: Formgrader shows a submission as autograded only when the two agree), and for
   every test cell the points the trusted comparison gave (``auto_score``);
 * for every written answer: 0 and no hand grade needed when it was left as
   released, otherwise "needs manual grade" -- or the hand grade already recorded
@@ -14,7 +17,8 @@ nbgrader's own Python API:
 
 and puts the notebook as it ran (the instructor's test cells, outputs cut) in
 autograded/<student>/<assignment>/<notebook>.ipynb, where formgrader looks for
-it. The instructor then grades the written answers in JupyterLab's Formgrader
+it, made inert first (grader/trusted/inert.py): Formgrader renders a student's markdown
+as HTML without a sanitiser, so markup that could run as the instructor is shown as text. The instructor then grades the written answers in JupyterLab's Formgrader
 panel; ``python -m grader table`` (or ``make grade-table``) reads those hand
 grades back (a grade recorded with ``grader manual`` wins over the gradebook's).
 
@@ -28,7 +32,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import grading, notebooks, store
+from . import grading, inert, late, notebooks, store
 
 STATE = "formgrader.json"
 
@@ -88,8 +92,17 @@ def _autograded_notebook(record: dict, a: notebooks.Assignment):
     return nb
 
 
+def submission_time(submitted: Path, student: str, assignment: str):
+    """The submission's time as nbgrader reads it (naive UTC) from submitted/<student>/<assignment>/timestamp.txt."""
+    from nbgrader.utils import parse_utc
+
+    if late.read_timestamp(submitted / student / assignment) is None:     # none, unreadable, a link
+        return None
+    return parse_utc((submitted / student / assignment / late.TIMESTAMP_FILE).read_text(encoding="utf-8").strip())
+
+
 def push(*, course: grading.Course, grades: Path, db_url: str | None = None, course_id: str | None = None,
-         autograded: Path | None = None) -> int:
+         autograded: Path | None = None, submitted: Path | None = None, students: list[str] | None = None) -> int:
     import nbformat
     from nbgrader.api import Gradebook
     from transformer_course_cases import CASES
@@ -99,9 +112,10 @@ def push(*, course: grading.Course, grades: Path, db_url: str | None = None, cou
     db_url = db_url or default_url
     course_id = course_id or default_id
     autograded = Path(autograded or course.root / "autograded")
+    submitted = Path(submitted or course.root / "submitted")
     if db_url.startswith("sqlite:///"):
         Path(db_url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    records = store.load_records(grades)
+    records = [r for r in store.load_records(grades) if not students or r["student"] in students]
     roster = {r["id"]: r for r in store.load_roster(grades)}
     manual = store.load_manual(grades)
     assignments = {name: notebooks.load_assignment(course.source_dir, name, CASES, course.release_dir)
@@ -116,11 +130,11 @@ def push(*, course: grading.Course, grades: Path, db_url: str | None = None, cou
         for r in records:
             student, name = r["student"], r["notebook"]
             info = roster.get(student, {})
-            gb.update_or_create_student(student, first_name=info.get("first_name") or None,
-                                        last_name=info.get("last_name") or None, email=info.get("email") or None)
+            gb.update_or_create_student(student, **{k: info[k] for k in ("first_name", "last_name", "email")
+                                                    if info.get(k)})
             if r["run"] is None:          # nothing ran: no submission in nbgrader's sense
                 continue
-            gb.update_or_create_submission(name, student)
+            gb.update_or_create_submission(name, student, timestamp=submission_time(submitted, student, name))
             for t in r["tests"]:
                 grade = gb.find_grade(t["grade_id"], name, name, student)
                 grade.auto_score = float(t["points"])
@@ -140,7 +154,8 @@ def push(*, course: grading.Course, grades: Path, db_url: str | None = None, cou
             gb.db.commit()
             path = autograded / student / name / f"{name}.ipynb"
             path.parent.mkdir(parents=True, exist_ok=True)
-            nbformat.write(_autograded_notebook(r, assignments[name]), str(path))
+            shown, _ = inert.inert_notebook(_autograded_notebook(r, assignments[name]))
+            nbformat.write(shown, str(path))
             pushed += 1
     (Path(grades) / STATE).write_text(json.dumps({"db_url": db_url, "course_id": course_id}), encoding="utf-8")
     return pushed

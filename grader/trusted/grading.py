@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from transformer_course import exercise_rule
+
 from . import compare, late, notebooks, package, sandbox_users, supervisor
 from .store import safe_name
 from .supervisor import Limits
@@ -229,6 +231,7 @@ class Plan:
     pkg_dir: Path
     blocked_names: set[str]
     unavailable_names: set[str] = field(default_factory=set)
+    data: tuple[str, ...] = ()            # the data distributions its site-packages shows (exercise_rule.DATA)
 
 
 def grade_submission(sub: Submission, plan: Plan, *, run_seed: int, run_dir: Path, user, limits: Limits,
@@ -262,7 +265,7 @@ def grade_submission(sub: Submission, plan: Plan, *, run_seed: int, run_dir: Pat
         shutil.copyfile(extra, files_dir / extra.name)
     try:
         execution, files, refused = run(job=job, job_dir=job_dir, pkg_dir=plan.pkg_dir, user=user,
-                                                  limits=limits, venv=venv, zygote=zygote)
+                                        limits=limits, venv=venv, zygote=zygote, data=plan.data)
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
 
@@ -324,6 +327,7 @@ def grade_submission(sub: Submission, plan: Plan, *, run_seed: int, run_dir: Pat
                 entry["output"] += f"\n[... {run.dropped_bytes:,} more bytes of output not kept]"
             visible = run.chunks[0] if run.chunks else {}
             entry["error"] = visible.get("error")
+            entry["skipped"] = bool(visible.get("skipped"))     # testing.skip_while_grading: not an error
             entry["timeout"] = bool(visible.get("timeout"))
             entry["seconds"] = visible.get("seconds")
             entry["finished"] = run.ended
@@ -428,7 +432,8 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
             earlier = [notebooks.load_assignment(course.source_dir, e, CASES) for e in everything if e < name]
             pplan = package.plan_for(a, course.lib_dir, earlier)
             pkg_dir = package.build_sandbox_package(course.lib_dir, run_dir / f"pkg-{name}", pplan, name)
-            plans[name] = Plan(a, pkg_dir, pplan.blocked_names, pplan.unavailable)
+            plans[name] = Plan(a, pkg_dir, pplan.blocked_names, pplan.unavailable,
+                               tuple(exercise_rule.data_for(pplan.modules)))
         subs = discover(submitted, assignments, all_students)
         n_runnable = sum(1 for s in subs if s.status is None)
         held = sandbox_users.allocate_users(max(1, min(workers, n_runnable))) if not remote else None   # [dask hook]
@@ -442,6 +447,9 @@ def grade_class(*, course: Course, submitted: Path, grades: Path, assignments: l
             z = supervisor.Zygote(run_dir, slot, font_cache) if not remote else None
             zygotes.append(z)
             slots.put([user, z, slot])
+        if not remote:                        # what each notebook's sandbox may import: read once, while zygotes start
+            for plan in plans.values():
+                supervisor.sandbox_site(venv, tuple(sorted(plan.data)))
         bar = Progress(len(subs), enabled=progress)
         records: dict[tuple[str, str], dict] = {}
 

@@ -16,9 +16,11 @@ The course root's ``grading.toml`` (``--config FILE`` elsewhere) holds the term'
 
 The submission time is nbgrader's: ``submitted/<student>/<assignment>/timestamp.txt``, written by
 nbgrader's exchange on ``nbgrader submit`` (and copied by ``nbgrader collect``), or by
-``grader collect`` from the LMS download (the file's time, or the LMS's own timestamp column with
-``--times``). It is read with nbgrader's own parser (``nbgrader.utils.parse_utc``). A row without a
-time, without a due date, or under ``policy = "none"`` gets no penalty and says why.
+``grader collect`` from the LMS's own time (Moodle's grading worksheet, Canvas's submitted_at, a times
+file; a file's modification time only with ``--file-times``). It is read with nbgrader's own parser
+(``nbgrader.utils.parse_utc``). A row without a time ("time unknown: not checked for lateness"),
+without a due date, or under ``policy = "none"`` gets no penalty and says why; lateness within the
+grace is mentioned, without a penalty.
 
 The penalty is computed when the table is built (``make grade-table``), from the points earned
 (hand grades included): changing the policy or granting an extension never needs a regrade.
@@ -31,8 +33,11 @@ import datetime as dt
 import math
 import tomllib
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from .store import cents
 
 POLICIES = ("none", "per_day", "cutoff")
 CONFIG_NAME = "grading.toml"
@@ -177,10 +182,14 @@ def _fmt(when: dt.datetime | None, zone_name: str) -> str:
 
 def assess(policy: Policy, student: str, assignment: str, submitted_at: str | None, raw: float,
            not_run: bool = False) -> dict:
-    """penalty, final points and what to say about lateness for one (student, notebook) row."""
+    """penalty, final points and what to say about lateness for one (student, notebook) row.
+
+    ``final`` is rounded to cents, half up, in decimal (store.cents: what the table shows is what the LMS
+    files carry); ``zeroed``: the late rule takes every point, so no hand grade can change the row.
+    """
     due, extended = policy.due_for(student, assignment)
     out = {"penalty": 0.0, "final": raw, "submitted": "", "due": _fmt(due, policy.timezone),
-           "days_late": "", "note": ""}
+           "days_late": "", "note": "", "zeroed": False}
     if submitted_at:
         submitted = dt.datetime.fromisoformat(submitted_at)
         submitted = submitted if submitted.tzinfo else submitted.replace(tzinfo=UTC)
@@ -190,72 +199,93 @@ def assess(policy: Policy, student: str, assignment: str, submitted_at: str | No
     if not_run or policy.rule == "none" or due is None:
         return out
     if submitted is None:
-        out["note"] = "no submission time (timestamp.txt) known: not checked for lateness"
+        out["note"] = "time unknown: not checked for lateness (no submission time in timestamp.txt)"
         return out
     late_by = submitted - due
     if late_by <= policy.grace:
-        if extended:
+        if late_by > dt.timedelta(0):
+            minutes = math.ceil(late_by.total_seconds() / 60)
+            out["note"] = (f"submitted {_fmt(submitted, policy.timezone)}, {minutes} minute{'s' if minutes != 1 else ''} "
+                           f"after the due date{' (extension)' if extended else ''}: within the "
+                           f"{policy.grace.total_seconds() / 60:g} minutes' grace, no penalty")
+        elif extended:
             out["note"] = f"on time (extension to {_fmt(due, policy.timezone)})"
         return out
     days = math.ceil(late_by / dt.timedelta(days=1))          # per started day
     out["days_late"] = str(days)
     exact = late_by / dt.timedelta(days=1)
     if policy.rule == "per_day":
-        share = min(1.0, policy.percent_per_day * days / 100)
+        share = min(Decimal(1), Decimal(repr(policy.percent_per_day)) * days / 100)
         if policy.cutoff_days is not None and exact > policy.cutoff_days:
-            share = 1.0
-        why = (f"0 points: more than {policy.cutoff_days:g} days late" if share == 1.0 and policy.cutoff_days is not None
+            share = Decimal(1)
+        why = (f"0 points: more than {policy.cutoff_days:g} days late" if share == 1 and policy.cutoff_days is not None
                and exact > policy.cutoff_days else f"{days} started day{'s' if days != 1 else ''} late x "
-               f"{policy.percent_per_day:g}% = {share * 100:g}% of the points")
+               f"{policy.percent_per_day:g}% = {float(share) * 100:g}% of the points")
     else:                                                     # cutoff
-        share = 1.0 if exact > (policy.cutoff_days or 0) else 0.0
+        share = Decimal(1) if exact > (policy.cutoff_days or 0) else Decimal(0)
         why = "0 points: submitted after the cut-off" if share else "late, before the cut-off: no penalty"
-    penalty = round(raw * share, 6)
-    out.update(penalty=penalty, final=round(raw - penalty, 6),
+    earned = Decimal(repr(float(raw)))
+    final = cents(earned * (1 - share))
+    out.update(penalty=float(earned - final), final=float(final), zeroed=share >= 1,
                note=f"submitted {_fmt(submitted, policy.timezone)}, due {_fmt(due, policy.timezone)}"
                     f"{' (extension)' if extended else ''}: {why}")
     return out
 
 
 # --------------------------------------------------------------------------- the LMS's own times
-STUDENT_COLUMNS = ("student", "id", "ID number", "SIS User ID", "sis_user_id", "user_id", "login_id",
-                   "SIS Login ID", "Email address", "email")
+ID_COLUMNS = ("student", "id", "ID number", "SIS User ID", "sis_user_id", "Username", "username")
+EMAIL_COLUMNS = ("email", "Email address", "login_id", "SIS Login ID")
+STUDENT_COLUMNS = ID_COLUMNS + EMAIL_COLUMNS
 TIME_COLUMNS = ("submitted_at", "Last modified (submission)", "timestamp", "submitted", "Submitted")
 
 
 def load_lms_times(path: Path, roster: list[dict], assignment: str | None, timezone: str = "UTC"
-                   ) -> dict[tuple[str, str], dt.datetime]:
-    """(student id, assignment) -> submission time (UTC) from an LMS's own export.
+                   ) -> tuple[dict[tuple[str, str], dt.datetime], list[str]]:
+    """(student id, assignment) -> submission time (UTC) from an LMS's own export, and notes on it.
 
-    Canvas's submissions (``submitted_at``, ISO 8601 with an offset), Moodle's grading worksheet
-    (``Last modified (submission)``, e.g. "Tuesday, 4 February 2026, 11:15 PM", in the site's time
-    zone: ``timezone``), or any CSV with a student column (id, e-mail, SIS ids: matched with the class
-    list) and one of those time columns; an ``assignment`` column, or ``assignment`` for the whole file.
-    Rows without a time ("-", empty: not submitted) are skipped.
+    Moodle's grading worksheet (``Last modified (submission)``, e.g. "Tuesday, 4 February 2026, 11:15 PM",
+    in the site's time zone: ``timezone``), or any CSV with a class-list id or e-mail column and one of the
+    time columns (``submitted_at`` in ISO 8601); an ``assignment`` column, or ``assignment`` for the whole
+    file. Each row is matched by whichever of its id and e-mail columns has a value (a worksheet's "ID
+    number" is often empty while its "Email address" is not). A row without a time ("-", empty: not
+    submitted) gives none; a row that matches no class-list student is named in the notes and left out.
+    (Canvas's user ids: lmsfiles.read_canvas_times, through the gradebook export.)
     """
     from dateutil import parser as dateparser
 
+    from .lmsfiles import Roster
+
     zone = _zone(timezone)
-    by_email = {(r.get("email") or "").strip().lower(): r["id"] for r in roster if (r.get("email") or "").strip()}
-    ids = {r["id"] for r in roster}
+    people = Roster(roster)
     with Path(path).open(newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh)
         fields = reader.fieldnames or []
-        who = next((c for c in STUDENT_COLUMNS if c in fields), None)
+        who = [c for c in STUDENT_COLUMNS if c in fields]
         when = next((c for c in TIME_COLUMNS if c in fields), None)
-        if who is None or when is None:
+        if not who or when is None:
+            hint = (" (Canvas's user_id needs the gradebook export: --canvas-gradebook)"
+                    if "user_id" in fields else "")
             raise ConfigError(f"{path}: needs a student column ({', '.join(STUDENT_COLUMNS)}) and a time column "
-                              f"({', '.join(TIME_COLUMNS)}); found {', '.join(fields)}")
+                              f"({', '.join(TIME_COLUMNS)}); found {', '.join(fields)}{hint}")
         if "assignment" not in fields and not assignment:
-            raise ConfigError(f"{path}: no 'assignment' column: say which assignment it is for (--times-assignment)")
-        out = {}
+            raise ConfigError(f"{path}: no 'assignment' column: say which assignment it is for "
+                              "(--assignment, make collect ASSIGNMENT=...)")
+        out, unmatched = {}, []
         for n, row in enumerate(reader, start=2):
-            raw, key = (row.get(when) or "").strip(), (row.get(who) or "").strip()
-            if not key or raw in ("", "-"):
+            raw = (row.get(when) or "").strip()
+            ids = [(c, row.get(c) or "") for c in who]
+            if not any(v.strip() for _, v in ids):
                 continue
-            student = by_email.get(key.lower(), key) if "@" in key else key
-            if ids and student not in ids:
-                raise ConfigError(f"{path} line {n}: {key!r} is not on the class list")
+            if people:
+                student, reason = people.match(ids)
+            else:
+                student = next((v.strip() for c, v in ids if c in ID_COLUMNS and v.strip()), None)
+                reason = "no class list to match the e-mail with"
+            if student is None:
+                unmatched.append(f"line {n}: {reason}")
+                continue
+            if raw in ("", "-"):
+                continue
             try:
                 value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
             except ValueError:
@@ -266,4 +296,6 @@ def load_lms_times(path: Path, roster: list[dict], assignment: str | None, timez
             if value.tzinfo is None:
                 value = value.replace(tzinfo=zone)
             out[(student, (row.get("assignment") or "").strip() or assignment)] = value.astimezone(UTC)
-    return out
+    notes = [f"{Path(path).name}: {len(unmatched)} row{'s' if len(unmatched) != 1 else ''} left out: "
+             + "; ".join(unmatched[:5]) + (" ..." if len(unmatched) > 5 else "")] if unmatched else []
+    return out, notes

@@ -8,8 +8,12 @@ canvas-questions.csv and moodle-questions.csv with one column per test cell and 
 ("<notebook> <cell>", points before any late penalty). Students are the class list's
 (grades/students.csv): matched in Canvas by SIS User ID (the list's id) and SIS Login ID (its
 e-mail), in Moodle by "ID number" or "Email address" (choose one when importing). A student on the
-class list without a row gets 0 (no submission); a graded student missing from the class list is
-reported and left out (the LMS could not match them).
+class list without a submission gets what each LMS reads as "no grade" -- blank for Canvas (its
+importer's ``no_score?``: blank or "-"; no score before and none after is no change), "-" for Moodle
+(``load_data.php``: "-" is no grade for an existing grade item and for a new one, while a blank would
+be a grade for a new item) -- not 0; a graded student missing from the class list is reported and
+left out (the LMS could not match them). Points are rounded to cents half up in decimal (store.cents),
+as the table's points already are and as Canvas's own exporter rounds: 8.325 is 8.33 everywhere.
 
 The rules each file follows, and that ``read_canvas`` / ``read_moodle`` check on the written file
 (the export refuses to write a file its LMS would misread):
@@ -44,7 +48,9 @@ import io
 import re
 from pathlib import Path
 
-from .store import load_roster
+from .store import cents, load_roster
+
+NO_SUBMISSION = "no submission"          # grading.NO_SUBMISSION (lms does not import the grader)
 
 CANVAS_STUDENT_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 MOODLE_STUDENT_COLUMNS = ["First name", "Last name", "ID number", "Email address"]
@@ -56,8 +62,8 @@ class ExportError(ValueError):
 
 
 def points_text(value: float) -> str:
-    """At most 2 decimals, '.' as the decimal mark, no thousands separator (both LMSs read it)."""
-    text = f"{round(float(value), 2):.2f}".rstrip("0").rstrip(".")
+    """At most 2 decimals (half up, in decimal: store.cents), '.' as the decimal mark, no thousands separator."""
+    text = f"{cents(value):f}".rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text
 
 
@@ -76,8 +82,8 @@ def _columns(rows: list[dict]) -> list[str]:
 
 
 def table(rows: list[dict], roster: list[dict], cell_rows: list[dict] | None = None
-          ) -> tuple[list[str], dict[str, dict[str, float]], dict[str, float], list[str]]:
-    """(columns, student -> {column: points}, column -> points possible, warnings)."""
+          ) -> tuple[list[str], dict[str, dict[str, float | None]], dict[str, float], list[str]]:
+    """(columns, student -> {column: points, None: no submission}, column -> points possible, warnings)."""
     warnings = []
     ids = [r["id"] for r in roster] or sorted({r["student"] for r in rows})
     if not roster:
@@ -86,14 +92,16 @@ def table(rows: list[dict], roster: list[dict], cell_rows: list[dict] | None = N
     stray = sorted({r["student"] for r in rows} - known)
     if stray:
         warnings.append(f"not on the class list, left out: {', '.join(stray)}")
-    values: dict[str, dict[str, float]] = {sid: {} for sid in ids}
+    values: dict[str, dict[str, float | None]] = {sid: {} for sid in ids}
     possible: dict[str, float] = {}
+    absent = {(r["student"], r["notebook"]) for r in rows if r["status"] == NO_SUBMISSION}
     if cell_rows is None:
         columns = _columns(rows)
         for r in rows:
             possible[r["notebook"]] = float(r["max_points"])
             if r["student"] in values:
-                values[r["student"]][r["notebook"]] = float(r["points"] or 0)
+                values[r["student"]][r["notebook"]] = (None if (r["student"], r["notebook"]) in absent
+                                                       else float(r["points"] or 0))
         pending = sorted({f"{r['student']} {r['notebook']}" for r in rows
                           if r["status"] == "needs manual grading" and r["student"] in known})
         if pending:
@@ -105,11 +113,15 @@ def table(rows: list[dict], roster: list[dict], cell_rows: list[dict] | None = N
             if col not in possible:
                 columns.append(col)
             possible[col] = float(r["max_points"])
-            if r["student"] in values and r["points"] != "":
+            if r["student"] in values and r["points"] != "" and (r["student"], r["notebook"]) not in absent:
                 values[r["student"]][col] = float(r["points"])
     for sid in ids:
         for col in columns:
-            values[sid].setdefault(col, 0.0)
+            values[sid].setdefault(col, None)
+    blank = sum(1 for sid in ids if all(values[sid][c] is None for c in columns)) if columns else 0
+    if blank:
+        warnings.append(f"{blank} student{'s' if blank != 1 else ''} without any submission: no grade (Canvas: blank, "
+                        "Moodle: -), not 0")
     return columns, values, possible, warnings
 
 
@@ -123,7 +135,7 @@ def canvas_csv(columns, values, possible, roster: list[dict], canvas_ids: dict |
     for sid, row in values.items():
         who = by_id.get(sid, {"id": sid})
         writer.writerow([_formula_safe(_student_name(who)), "", sid, _formula_safe((who.get("email") or "").strip()), ""]
-                        + [points_text(row[c]) for c in columns])
+                        + ["" if row[c] is None else points_text(row[c]) for c in columns])
     return out.getvalue()
 
 
@@ -135,11 +147,12 @@ def moodle_csv(columns, values, roster: list[dict], gradepointmax: float = MOODL
     for sid, row in values.items():
         who = by_id.get(sid, {"id": sid})
         for c in columns:
-            if row[c] > gradepointmax:
+            if row[c] is not None and row[c] > gradepointmax:
                 raise ExportError(f"Moodle refuses grades above gradepointmax ({gradepointmax:g}): {sid} {c} = {row[c]:g}")
         writer.writerow([_formula_safe((who.get("first_name") or "").strip()),
                          _formula_safe((who.get("last_name") or "").strip()), sid,
-                         _formula_safe((who.get("email") or "").strip())] + [points_text(row[c]) for c in columns])
+                         _formula_safe((who.get("email") or "").strip())]
+                        + ["-" if row[c] is None else points_text(row[c]) for c in columns])
     return out.getvalue()
 
 
@@ -260,9 +273,13 @@ def export(grades: Path, rows: list[dict], per_question: bool = False, canvas_id
         parsed = read_canvas(canvas)                         # the export must read back as it was meant
         for sid, row in values.items():
             got = parsed["students"][("SIS User ID", sid)]
-            if any(abs((got[c] or 0) - round(row[c], 2)) > 1e-9 for c in columns):
+            if any((got[c] is None) != (row[c] is None) or (row[c] is not None and
+                   abs(got[c] - float(cents(row[c]))) > 1e-9) for c in columns):
                 raise ExportError(f"Canvas export of {sid} does not read back")
-        read_moodle(moodle, "ID number", gradepointmax)
+        back = read_moodle(moodle, "ID number", gradepointmax)
+        for sid, row in values.items():
+            if any((back[sid][c] is None) != (row[c] is None) for c in columns):
+                raise ExportError(f"Moodle export of {sid} does not read back")
         for name, text in ((f"canvas{suffix}.csv", canvas), (f"moodle{suffix}.csv", moodle)):
             path = out_dir / name
             path.write_text(text, encoding="utf-8")

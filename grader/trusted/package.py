@@ -57,14 +57,18 @@ from __future__ import annotations
 
 import ast
 import compileall
+import json
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from transformer_course.exercise_rule import absent_message, twin_message
+
 HERE = Path(__file__).resolve().parent
 SANDBOX_GRADING = HERE.parent / "sandboxed" / "grading_module.py"
 CASES_PACKAGE = "transformer_course_cases"     # lib/transformer_course_cases: generators and references
+RULE_MODULE = "transformer_course.exercise_rule"   # what an exercise may use (imported by testing; always copied)
 
 STUB = "raise NotImplementedError({msg!r})"
 MAGIC = re.compile(r"^[ \t]*[%!].*$", re.M)
@@ -431,7 +435,7 @@ def plan_for(assignment, lib_dir: Path, earlier=()) -> PackagePlan:
     """The rule of the module docstring, applied to ``assignment`` (earlier notebooks: ``earlier``)."""
     code = CourseCode(lib_dir)
     imported, names, aliases = notebook_imports(assignment, code)
-    modules = code.closure(imported)
+    modules = code.closure(imported | ({RULE_MODULE} & set(code.files)))   # the rule's module: every copy
     modules |= {p for p in code.packages if any(m == p or m.startswith(p + ".") for m in modules)}
     for m in list(modules):                              # parents of nested modules
         parts = m.split(".")
@@ -468,10 +472,7 @@ def _stub_module(source: str, names: set[str], module: str) -> str:
     tree = ast.parse(source)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in names:
-            what = ("is what this notebook asks you to write" if not _private(module, node.name) else
-                    "computes what this notebook asks you to write (only its exercises use it)")
-            msg = (f"{module}.{node.name} {what}: the course's reference "
-                   f"implementation is not available while grading. Write your own.")
+            msg = twin_message(module, node.name, _private(module, node.name))    # the rule's own words
             if isinstance(node, ast.ClassDef):
                 node.body = [ast.parse(f"def __init__(self, *args, **kwargs):\n    {STUB.format(msg=msg)}\n").body[0]]
             else:
@@ -502,9 +503,9 @@ def _package_init(code: CourseCode, package: str, modules: set[str], notebook: s
                                if not (isinstance(e, ast.Constant) and e.value in dropped)]
         kept.append(node)
     tree.body = kept
+    message = absent_message(f"{package}.{{name}}", notebook)
     tail = (f"\n\ndef __getattr__(name):\n"
-            f"    raise AttributeError(f'{package}.{{name}} is not available while grading {notebook}: '\n"
-            f"                         'only what this notebook imports is (grader/README.md)')\n")
+            f"    raise AttributeError(f{message!r})\n")
     return ast.unparse(ast.fix_missing_locations(tree)) + tail
 
 
@@ -549,3 +550,42 @@ def build_sandbox_package(lib_dir: Path, dest: Path, plan: PackagePlan, notebook
     for path in [dest, *dest.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return dest
+
+
+# --------------------------------------------------------------------------- the rule table (for Validate)
+def rule_table(course_root: Path) -> dict:
+    """What the student's kernel needs to apply the rule the grader applies (transformer_course/exercise_rule.py):
+    per notebook, the names its solution cells define (the exercises it wraps), the course modules of the
+    grader's copy, what is blocked in them, and the data distributions that come with them."""
+    from transformer_course.exercise_rule import data_for
+    from transformer_course_cases import CASES
+
+    from . import notebooks
+
+    root = Path(course_root)
+    source, release, lib = root / "notebooks", root / "exercises", root / "lib"
+    names = sorted(p.name for p in source.iterdir()
+                   if p.is_dir() and p.name[:2].isdigit() and (p / f"{p.name}.ipynb").exists())
+    loaded = {n: notebooks.load_assignment(source, n, CASES, release if (release / n).exists() else None)
+              for n in names}
+    table = {"packages": CourseCode(lib).packages, "notebooks": {}}
+    for name in names:
+        plan = plan_for(loaded[name], lib, [loaded[e] for e in names if e < name])
+        blocked: dict[str, list[str]] = {}
+        for module, item in sorted(plan.blocked):
+            blocked.setdefault(module, []).append(item)
+        table["notebooks"][name] = {
+            "exercises": sorted({n for defined in loaded[name].solution_names.values() for n in defined}),
+            "modules": sorted(plan.modules), "blocked": blocked, "data": data_for(plan.modules)}
+    return table
+
+
+def rule_text(course_root: Path) -> str:
+    """``exercise_rule.json`` as written: one line per notebook, so a change shows as a small diff."""
+    table = rule_table(course_root)
+    lines = ["{", f' "packages": {json.dumps(table["packages"])},', ' "notebooks": {']
+    items = list(table["notebooks"].items())
+    for i, (name, entry) in enumerate(items):
+        lines.append(f"  {json.dumps(name)}: {json.dumps(entry, sort_keys=True)}" + ("," if i < len(items) - 1 else ""))
+    lines += [" }", "}"]
+    return "\n".join(lines) + "\n"

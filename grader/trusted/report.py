@@ -48,6 +48,11 @@ def row_for(record: dict, manual: dict, policy: late.Policy | None = None) -> di
         elif record["auto_status"] not in NOT_RUN:
             pending.append(w["grade_id"])
     auto = record["auto_status"]
+    lateness = late.assess(policy or late.Policy(), student, nb, record.get("submitted_at"), points,
+                           not_run=auto in NOT_RUN)
+    if lateness["zeroed"] and pending:          # no hand grade can change a row the late rule zeroes
+        details.append("not graded by hand, the late rule gives 0 whatever it earns: " + ", ".join(pending))
+        pending = []
     if auto is not None:
         status = auto
     elif pending:
@@ -59,14 +64,12 @@ def row_for(record: dict, manual: dict, policy: late.Policy | None = None) -> di
     failed = [t["grade_id"] for t in record["tests"] if not t["passed"]]
     if failed and auto not in NOT_RUN:
         details.append("failed: " + ", ".join(failed))
-    lateness = late.assess(policy or late.Policy(), student, nb, record.get("submitted_at"), points,
-                           not_run=auto in NOT_RUN)
     if lateness["note"]:
         details.append(lateness["note"])
     return {"student": student, "notebook": nb, "raw_points": fmt(points), "late_penalty": fmt(lateness["penalty"]),
             "points": fmt(lateness["final"]), "max_points": fmt(record["max_points"]), "status": status,
             "submitted": lateness["submitted"], "due": lateness["due"], "days_late": lateness["days_late"],
-            "details": "; ".join(details)}
+            "details": "; ".join(details), "zeroed": lateness["zeroed"]}       # zeroed: not a column of grades.csv
 
 
 def _cell(value) -> str:
@@ -93,9 +96,10 @@ def write_table(grades: Path, formgrader_grades: dict | None = None, policy: lat
     rows = [row_for(r, manual, policy) for r in records]
     rows.sort(key=lambda r: (r["student"], r["notebook"]))
     with (grades / "grades.csv").open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, TABLE_FIELDS)
+        writer = csv.DictWriter(fh, TABLE_FIELDS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(_safe_row(r) for r in rows)
+    zeroed = {(r["student"], r["notebook"]) for r in rows if r["zeroed"]}
     with (grades / "cells.csv").open("w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, CELL_FIELDS)
         writer.writeheader()
@@ -108,6 +112,7 @@ def write_table(grades: Path, formgrader_grades: dict | None = None, policy: lat
             for w in r["written"]:
                 entry = manual.get((r["student"], r["notebook"], w["grade_id"]))
                 result = ("graded by hand" if entry else "unanswered" if w["unchanged"]
+                          else "not graded (0 by the late rule)" if (r["student"], r["notebook"]) in zeroed
                           else "needs manual grading")
                 writer.writerow(_safe_row({
                     "student": r["student"], "notebook": r["notebook"], "cell": w["grade_id"],
@@ -188,6 +193,8 @@ def write_feedback(grades: Path, record: dict, row: dict, manual: dict) -> Path:
             pts = f"{_e(fmt(float(entry['points'])))} / {_e(fmt(w['max_points']))}"
         elif w["unchanged"]:
             result, pts = "<span class='fail'>not answered</span>", f"0 / {_e(fmt(w['max_points']))}"
+        elif row.get("zeroed"):
+            result, pts = "not graded: the late rule gives this notebook 0", f"- / {_e(fmt(w['max_points']))}"
         else:
             result, pts = "<span class='warn'>waiting for a hand grade</span>", f"? / {_e(fmt(w['max_points']))}"
         parts.append(f"<tr><td><code>{_e(w['grade_id'])}</code> (written)</td><td>{pts}</td><td>{result}</td></tr>")
@@ -217,7 +224,8 @@ def write_feedback(grades: Path, record: dict, row: dict, manual: dict) -> Path:
         free = c["owner"] == "course" and c["kind"] != "test" and (uses_reference or follows_reference)
         folded = c["owner"] == "course" and (not c.get("error") or free) and not c.get("timeout") and c.get("ran", True)
         if folded:
-            status = "stopped while grading (costs no points)" if c.get("error") else "ran"
+            status = ("stopped while grading (costs no points)" if c.get("error") else
+                      "skipped while grading (costs no points)" if c.get("skipped") else "ran")
             parts.append(f"<details class='{classes}'><summary class='meta'>{label} · {status}</summary>")
         else:
             parts.append(f"<div class='{classes}'><div class='meta'>{label}</div>")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import csv
 import json
+import time
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 from .textsafe import clean
@@ -27,6 +29,44 @@ def safe_name(name: str) -> bool:
             and name.isprintable() and clean(name) == name)
 
 
+
+# --------------------------------------------------------------------------- points
+POINT_STEP = Decimal("0.25")      # hand grades: quarter points (the mark schemes award 0.25s), page and `grader manual`
+
+
+def cents(value) -> Decimal:
+    """Points to 2 decimals, half up, in decimal: 8.325 -> 8.33, as the table shows 8.325 and as Canvas's own
+    exporter rounds (lib/gradebook_exporter.rb format_numbers: I18n.n(precision: 2), a BigDecimal)."""
+    return Decimal(repr(float(value)) if not isinstance(value, Decimal) else value).quantize(
+        Decimal("0.01"), rounding=ROUND_HALF_UP)
+
+
+def hand_points(raw, maximum: float, student: str, written: dict | None, status: str | None) -> float:
+    """The one rule for a hand grade (the question pages and `grader manual`): a number, a multiple of 0.25,
+    between 0 and the answer's points, for an answer that exists and was changed from the release."""
+    if status in NOT_RUN:
+        raise ValueError(f"{student}: {status}: there is no answer to grade")
+    if written is None:
+        raise ValueError(f"{student}: no such written answer")
+    if written.get("unchanged"):
+        raise ValueError(f"{student}: the answer is left as released: it scores 0 and takes no hand grade")
+    try:
+        points = Decimal(str(raw).strip())
+    except ArithmeticError:
+        raise ValueError(f"{student}: points {raw!r} is not a number") from None
+    if not points.is_finite():
+        raise ValueError(f"{student}: points {raw!r} is not a number")
+    if not 0 <= points <= Decimal(repr(float(maximum))):
+        raise ValueError(f"{student}: points must be between 0 and {maximum:g}, got {points:f}")
+    if points % POINT_STEP:
+        raise ValueError(f"{student}: points go in steps of {POINT_STEP} (0, 0.25, 0.5, ...), got {points:f}")
+    return float(points)
+
+
+def hand_grade(student: str, notebook: str, cell: str, points: float, comment: str = "") -> dict:
+    """One row of manual.csv (the same entry from a question page and from `grader manual`)."""
+    return {"student": student, "notebook": notebook, "cell": cell, "points": f"{points:g}",
+            "comment": comment, "graded_at": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 # --------------------------------------------------------------------------- stores

@@ -16,7 +16,10 @@ process that, before any student code runs:
   notebook's reference functions stubbed out; read-only), and /submission, /exports
   and /tmp from a per-job size-limited tmpfs. The repository, the gradebook,
   submitted/, grades/, other students' jobs and the grader's own files are not in
-  this file system at all;
+  this file system at all. The virtual environment's site-packages shows only what the
+  course's rule allows (transformer_course/exercise_rule.py: NumPy, matplotlib, the
+  runner's IPython, what they require, the notebook's model data; :func:`sandbox_site`),
+  and every other Python package folder of the machine is an empty read-only tmpfs;
 * sets resource limits (address space, processes, CPU seconds, file size, open
   files, no core dumps), drops the capability bounding set, switches to the
   worker's unprivileged sandbox user (owned by this run alone, see sandbox_users.SandboxUsers)
@@ -39,6 +42,7 @@ supervisor of one run), sandbox_users.py (the run's sandbox users) and exports.p
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -48,6 +52,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -284,6 +289,48 @@ class _Reader:
             self.hidden = False
 
 
+# --------------------------------------------------------------------------- what an exercise may import
+FOREIGN_PACKAGE_DIRS = ("lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages",
+                        "local/lib/python3*/site-packages", "local/lib/python3*/dist-packages",
+                        "lib64/python3*/site-packages")
+
+
+@functools.lru_cache(maxsize=None)
+def sandbox_site(venv: Path, data: tuple[str, ...] = ()) -> dict:
+    """The sandbox's Python packages, by the course's rule (transformer_course/exercise_rule.py):
+
+    * ``site`` (the environment's site-packages) shows ``expose``, the files of the allowed distributions --
+      the rule's libraries and runner with what they require, read from their metadata, and the notebook's
+      data distributions ``data`` -- in ``folders`` where a folder is shared with other distributions;
+    * ``hide``: every other Python package folder the sandbox's /usr and base Python hold, made empty;
+    * ``blocked``: the top-level names of what is left out, for the rule's message on import
+      (``message``, with ``{name}`` for the name). Computed once per environment and data set."""
+    from transformer_course import exercise_rule
+
+    venv = Path(venv)
+    site_dir = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"])
+    allowed = exercise_rule.allowed_distributions(data, path=[str(site_dir)])
+    expose, folders = exercise_rule.site_view(site_dir, allowed)
+    shown = set(expose)
+    hide, names = [], set()
+    for entry in os.listdir(site_dir):
+        if entry not in shown and entry not in folders:
+            names.add(entry)
+    bases = {Path("/usr"), Path(sys.base_prefix)}
+    for base in bases:
+        for pattern in FOREIGN_PACKAGE_DIRS:
+            for folder in sorted(base.glob(pattern)):
+                if folder.is_dir() and not folder.is_symlink() and folder.resolve() != site_dir.resolve():
+                    hide.append(str(folder))
+                    names.update(os.listdir(folder))
+    top = lambda n: n.split(".")[0]                     # noqa: E731 -- scipy, six.py, _yaml.cpython-311-...so
+    kept = {top(n) for n in shown}
+    blocked = sorted({top(n) for n in names if not n.endswith((".dist-info", ".egg-info", ".pth"))
+                      and top(n).isidentifier() and top(n) not in kept and n != "__pycache__"})
+    return {"site": str(site_dir), "expose": expose, "folders": folders, "hide": sorted(set(hide)),
+            "blocked": blocked, "message": exercise_rule.library_message("{name}")}
+
+
 def sandbox_env(venv: Path) -> dict:
     """The student's whole environment: nothing of the instructor's."""
     return {
@@ -313,7 +360,10 @@ class Zygote:
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "PYTHONDONTWRITEBYTECODE": "1"}
         self.log = open(self.dir / "zygote.log", "wb")
-        self.proc = subprocess.Popen([sys.executable, "-I", str(HERE / "zygote.py"), str(theirs.fileno())],
+        # -I: no user site, no PYTHONPATH; -S: no site.py, so no .pth file of the environment runs in the zygote
+        # (setuptools' distutils shim, the editable install's finder): it imports only what the rule allows
+        self.proc = subprocess.Popen([sys.executable, "-I", "-S", str(HERE / "zygote.py"), str(theirs.fileno()),
+                                      sys.prefix, sysconfig.get_paths()["purelib"]],
                                      pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         theirs.close()
@@ -349,19 +399,23 @@ class Zygote:
 
 
 def run_in_sandbox(*, job: dict, job_dir: Path, pkg_dir: Path, user: tuple[str, int, int],
-                   limits: Limits, venv: Path, zygote: Zygote) -> tuple[Execution, dict[str, bytes], dict[str, str]]:
+                   limits: Limits, venv: Path, zygote: Zygote,
+                   data: tuple[str, ...] = ()) -> tuple[Execution, dict[str, bytes], dict[str, str]]:
     """Run one rebuilt notebook in a fresh sandbox; return what happened and the exported files.
 
     ``job`` is the runner's job description (cells and chunks). ``job_dir`` is a fresh,
-    root-only folder. The exported files are returned as bytes, read after the sandbox
-    is dead, without following links, and bounded in size.
+    root-only folder. ``data``: the notebook's data distributions (exercise_rule.data_for), shown
+    in its site-packages beside the allowed libraries. The exported files are returned as bytes,
+    read after the sandbox is dead, without following links, and bounded in size.
     """
     name, uid, gid = user
     kill_user_processes(uid)
     zygote.wait_ready()
     nonce = secrets.token_hex(8)
+    site = sandbox_site(Path(venv), tuple(sorted(data)))
     job = dict(job, nonce=nonce, cell_timeout=limits.cell_timeout, pid_namespace=True,
-               sys_path=["/submission", "/pkg"], timing=bool(os.environ.get("GRADER_TIMING")))
+               sys_path=["/submission", "/pkg"], timing=bool(os.environ.get("GRADER_TIMING")),
+               not_available={"names": site["blocked"], "message": site["message"]})
 
     grading = job_dir / "grading"
     grading.mkdir(parents=True)
@@ -386,7 +440,8 @@ def run_in_sandbox(*, job: dict, job_dir: Path, pkg_dir: Path, user: tuple[str, 
             os.chown(rw / "work" / src.name, uid, gid)
         request = {
             "setup_env": {"SB_ROOT": str(job_dir / "root"), "SB_RW": str(rw), "SB_GRADING": str(grading),
-                          "SB_PKG": str(pkg_dir), "SB_VENV": str(venv), "SB_PYBASE": sys.base_prefix},
+                          "SB_PKG": str(pkg_dir), "SB_VENV": str(venv), "SB_PYBASE": sys.base_prefix,
+                          "SB_SITE": {k: site[k] for k in ("site", "expose", "folders", "hide")}},
             "limits": {"memory_bytes": limits.memory_bytes, "processes": limits.processes,
                        "cpu_seconds": limits.scaled_cpu(), "file_bytes": limits.file_bytes,
                        "open_files": limits.open_files},

@@ -53,13 +53,14 @@ def _check(ret, what):
 
 
 def preload():
-    """Import what every notebook imports, once (nothing of the course)."""
+    """Import what every notebook imports, once (nothing of the course, and nothing the course's rule leaves out
+    of the sandbox: a forked child keeps the zygote's modules, so SciPy -- which the package's GELU once needed --
+    is not imported here. transformer_course/exercise_rule.py; tests/test_grader_libraries.py checks)."""
     import numpy  # noqa: F401
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot  # noqa: F401
-    import scipy.special  # noqa: F401  (the package's GELU)
     import concurrent.futures  # noqa: F401
     from IPython.core import interactiveshell, ultratb  # noqa: F401
     try:
@@ -72,7 +73,7 @@ def preload():
 
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
 MNT_DETACH = 2
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41}
 
@@ -140,6 +141,8 @@ def build_root(env):
     for tree in (env["SB_PYBASE"], env["SB_VENV"]):
         if not tree.startswith("/usr/") and not os.path.exists(R + tree + "/bin"):
             bind(tree, tree)
+    if env.get("SB_SITE"):
+        python_packages(R, env["SB_SITE"])
     os.makedirs(R + "/.old")
     number = SYS_PIVOT_ROOT.get(os.uname().machine)
     if number is None:
@@ -149,6 +152,37 @@ def build_root(env):
     _check(libc.umount2(b"/.old", MNT_DETACH), "umount old root")
     os.rmdir("/.old")
     _mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID)
+
+
+def python_packages(R, site):
+    """The course's rule on the sandbox's file system (transformer_course/exercise_rule.py; the lists are made by
+    supervisor.sandbox_site): the environment's site-packages becomes a read-only tmpfs showing only the allowed
+    distributions' files, each bound from the read-only environment (a bind inherits its source's read-only
+    flag); every other Python package folder of /usr and the base Python is covered by an empty one."""
+    target = R + site["site"]
+    stage = R + "/.site"
+    os.makedirs(stage)
+    _mount("sandbox-site", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for folder in site["folders"]:
+        os.makedirs(stage + "/" + folder, exist_ok=True)
+    for rel in site["expose"]:
+        src, dst = target + "/" + rel, stage + "/" + rel
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if os.path.islink(src):
+            os.symlink(os.readlink(src), dst)
+            continue
+        if os.path.isdir(src):
+            os.makedirs(dst, exist_ok=True)
+        else:
+            open(dst, "a").close()
+        _mount(src, dst, None, MS_BIND)
+    _mount(None, stage, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    _mount(stage, target, None, MS_MOVE)
+    os.rmdir(stage)
+    for folder in site["hide"]:
+        if os.path.isdir(R + folder):
+            _mount("sandbox-hidden", R + folder, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                   "size=4k,mode=0755")
 
 
 def grandchild(job, out_fd, sock):
@@ -278,6 +312,10 @@ def serve(sock):
 def main():
     global seccomp
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)     # the grader died: so does the zygote
+    # Started with -S (no site.py, so no .pth file runs): what site.py's venv() would set, by hand -- the
+    # environment's prefix and its site-packages, which the sandbox shows as the rule's view of it.
+    sys.prefix = sys.exec_prefix = sys.argv[2]
+    sys.path.append(sys.argv[3])
     sys.path.insert(0, HERE)
     import seccomp  # noqa: F401  (grader/trusted/seccomp.py)
     sys.path.remove(HERE)

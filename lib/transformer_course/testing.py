@@ -1,8 +1,21 @@
-"""Checks for the notebooks' visible tests: relative error against a reference, with a clear message."""
+"""Checks for the notebooks' visible tests: relative error against a reference, with a clear message; and the
+course's rule for what an exercise may use, applied in the notebook's own kernel as the grader applies it.
+
+Importing this module in a Jupyter kernel (every notebook does, for ``assert_close``) holds the notebook's
+exercises to the rule: while one of them runs, a call into a library the grader does not offer, or into the
+package's own version of this notebook's exercise, fails with the grader's message (exercise_rule.py). So
+Validate and Run All say what the grader will say. :func:`cross_check` starts a comparison with such a
+reference outside the exercises: it runs in the student's kernel and is skipped, with a note, while grading.
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
+
 import numpy as np
+
+from . import exercise_rule
 
 
 def rel_error(actual, expected) -> float:
@@ -92,3 +105,53 @@ def central_differences(f, x: np.ndarray, h: float = 1e-5) -> np.ndarray:
         x[i] = old
         grad[i] = (up - down) / (2 * h)
     return grad
+
+
+def grading() -> bool:
+    """True while the grader (or nbgrader's autograde) runs the notebook."""
+    return os.environ.get("NBGRADER_EXECUTION") == "autograde"
+
+
+def cross_check(what: str, library: str | None = None):
+    """Begin a comparison with a reference the grader does not offer: PyTorch, or the package's own version of
+    this notebook's exercise. ``what`` says what is compared with what.
+
+    Prints ``cross-check: <what>`` and returns True (or the imported ``library`` module) where it can run; while
+    grading, prints that it is skipped and returns None (the graded tests never need it: it costs no points);
+    without ``library`` installed, prints how to install it and returns None. Use it as
+    ``if cross_check("your softmax against the package's"):`` or ``torch = cross_check("...", "torch")``.
+    """
+    if grading():
+        print(f"cross-check skipped while grading: {what} (the grader does not offer the reference; "
+              f"this costs no points)")
+        return None
+    module = True
+    if library is not None:
+        try:
+            module = importlib.import_module(library)
+        except ImportError:
+            extra = " (pip install -e '.[torch]')" if library == "torch" else ""
+            print(f"cross-check skipped: {what} needs {library}, which is not installed{extra}")
+            return None
+    print(f"cross-check: {what}")
+    return module
+
+
+class SkippedWhileGrading(Exception):
+    """Raised by :func:`skip_while_grading`: the rest of the cell needs what the grader does not offer. IPython shows
+    only its note (no traceback), and the grader's runner counts the cell as skipped, not failed."""
+
+    def _render_traceback_(self):              # IPython prints these lines instead of a traceback
+        return [str(self)]
+
+
+def skip_while_grading(what: str) -> None:
+    """While grading, stop the cell here, saying ``what`` is skipped (it needs PyTorch, the package's own version of
+    this notebook's exercises or a library the grader does not offer); elsewhere, do nothing. The graded tests
+    never depend on such a cell: it costs no points."""
+    if grading():
+        raise SkippedWhileGrading(f"skipped while grading: {what} (it needs what the grader does not offer; "
+                                  f"this costs no points)")
+
+
+exercise_rule.watch()

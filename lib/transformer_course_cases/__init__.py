@@ -61,13 +61,68 @@ def case_rng(case_id: str, seed: int | None = None) -> np.random.Generator:
 
 @dataclass(frozen=True)
 class Case:
-    """A hidden-test case: how to draw inputs, how to compute the expected outputs."""
+    """A hidden-test case: how to draw inputs, how to compute the expected outputs.
+
+    ``tol`` bounds the relative error ``|a - e| / max(1e-8, |a| + |e|, floor * max|e|)`` of every entry
+    (:func:`relative_errors`). With ``floor = 0`` (the default) that is the notebooks' ``assert_close``
+    measure, entry by entry; ``floor = 1`` measures each entry's error against the output's own scale
+    (its largest finite magnitude) at least -- the right measure where a correct computation's
+    round-off is bounded relative to the whole output, not to each entry (an entry that cancels to
+    ~0 keeps the absolute error of its terms).
+
+    ``dtypes``, one per output, says what the docstring promises: a dtype name (``"float32"``), or
+    ``"integer"``/``"floating"`` for any dtype of that kind; None (or no ``dtypes``) accepts any
+    number. A result of another dtype fails the case (:func:`dtype_mismatch`).
+    """
 
     make_inputs: Callable[[np.random.Generator], dict]
     reference: Callable[..., tuple]
     output_names: tuple[str, ...]
     tol: float = 1e-6
     description: str = ""
+    dtypes: tuple | None = None
+    floor: float = 0.0
+
+    def dtype_of(self, index: int):
+        return None if self.dtypes is None else self.dtypes[index]
+
+    def as_promised(self, outputs) -> tuple:
+        """The reference's ``outputs`` in the dtypes the case promises (a float32 case's reference is
+        computed in float64): what a correct function returns, for tests of the cases themselves."""
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        return tuple(o if self.dtype_of(i) in (None, "integer", "floating") else np.asarray(o).astype(self.dtype_of(i))
+                     for i, o in enumerate(outputs))
+
+
+def dtype_mismatch(got, want) -> str:
+    """'' when ``got`` has the dtype a case asks for (``want``: a dtype name, "integer", "floating" or
+    None for any); otherwise a short reason. The grader (grader/trusted/compare.py) and
+    :meth:`HiddenCase.check` both apply this rule."""
+    if want is None:
+        return ""
+    try:
+        dtype = np.asarray(got).dtype
+    except Exception:  # noqa: BLE001 -- not an array at all: the value check says so
+        return ""
+    if want == "integer":
+        ok = dtype.kind in "iu"
+    elif want == "floating":
+        ok = dtype.kind == "f"
+    else:
+        ok = dtype == np.dtype(want)
+    return "" if ok else f"expected dtype {want}, got {dtype}"
+
+
+def relative_errors(a: np.ndarray, e: np.ndarray, floor: float = 0.0) -> np.ndarray:
+    """``|a - e| / max(1e-8, |a| + |e|, floor * max|e|)`` entry by entry, for float64 arrays of one shape
+    (the caller leaves out NaN and infinite entries). The grader and :meth:`HiddenCase.check` both use it."""
+    denominator = np.maximum(1e-8, np.abs(a) + np.abs(e))
+    if floor and e.size:
+        finite = np.abs(e[np.isfinite(e)])
+        if finite.size:
+            denominator = np.maximum(denominator, floor * float(finite.max()))
+    with np.errstate(all="ignore"):
+        return np.abs(a - e) / denominator
 
 
 CASES: dict[str, Case] = {}
@@ -106,8 +161,48 @@ class HiddenCase:
         export_dir = os.environ.get(EXPORT_ENV)
         if export_dir:
             _export(export_dir, self.case_id, dict(zip(names, got)))
-        for name, g, e in zip(names, got, self.expected()):
-            assert_close(g, e, f"{self.case_id} {name} (seed {self.seed})", tol=self.spec.tol)
+        for index, (name, g, e) in enumerate(zip(names, got, self.expected())):
+            label = f"{self.case_id} {name} (seed {self.seed})"
+            reason = dtype_mismatch(g, self.spec.dtype_of(index))
+            if reason:
+                raise AssertionError(f"{label}: {reason}")
+            if self.spec.floor:
+                reason = scaled_mismatch(g, e, self.spec.tol, self.spec.floor)
+                if reason:
+                    raise AssertionError(f"{label}: {reason}")
+            else:
+                assert_close(g, e, label, tol=self.spec.tol)
+
+
+def scaled_mismatch(got, expected, tol: float, floor: float) -> str:
+    """'' when ``got`` matches ``expected`` to ``tol`` in the measure of :func:`relative_errors` with
+    ``floor``; otherwise a short reason (shape, NaN, infinities, the largest error and where)."""
+    try:
+        a = np.asarray(got, dtype=np.float64)
+    except (TypeError, ValueError):
+        return f"expected a numeric array, got {type(got).__name__}"
+    e = np.asarray(expected, dtype=np.float64)
+    if a.shape != e.shape:
+        return f"expected shape {e.shape}, got shape {a.shape}"
+    if a.size == 0:
+        return ""
+    nan_a, nan_e = np.isnan(a), np.isnan(e)
+    if (nan_a != nan_e).any():
+        where = tuple(int(i) for i in np.argwhere(nan_a != nan_e)[0])
+        return f"NaN at index {where} where a number was expected" if nan_a[where] else \
+            f"a number at index {where} where NaN was expected"
+    inf_a, inf_e = np.isinf(a), np.isinf(e)
+    bad_inf = (inf_a | inf_e) & ~((a == e) & inf_e)
+    if bad_inf.any():
+        return f"infinite value mismatch at index {tuple(int(i) for i in np.argwhere(bad_inf)[0])}"
+    ok = ~(nan_a | inf_e)
+    err = np.where(ok, relative_errors(np.where(ok, a, 0.0), np.where(ok, e, 0.0), floor), 0.0)
+    worst = float(err.max())
+    if worst <= tol:
+        return ""
+    where = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape)) if err.ndim else ()
+    scale = " (against the output's scale)" if floor else ""
+    return f"relative error {worst:.1e}{scale} at index {where} (tolerance {tol:.0e})"
 
 
 def _export(folder: str, case_id: str, outputs: dict) -> None:

@@ -55,9 +55,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import erf
 
 from transformer_course._checks import describe
+from transformer_course.activations import erf
 from transformer_course.training import LN_EPS, AdamW, TinyDecoder
 
 from ._threads import _effective_threads, _executor, _openblas_api, _single_threaded_blas

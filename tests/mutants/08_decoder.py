@@ -339,6 +339,213 @@ def sample_next_token(logits, *, rng, temperature=1.0, top_k=None, top_p=None):
 '''},
 }
 
+# -- written for issue 38, as students get them wrong: each class of bug the hidden cases of 08 draw for ------
+# (logits beyond exp's range, float32 in -> float32 out, one head / one token, a fully padded source, ties,
+# top_k above V, a temperature near 0, u on a boundary, the Generator given, the defaults, int ids, precision)
+_OWN_ATTENTION = '''
+def _attend(q, k, v, allowed):
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    scores = np.where(allowed, scores, -np.inf)
+    w = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    w = w / w.sum(axis=-1, keepdims=True)
+    return w @ v, w
+'''
+
+MUTANTS.update({
+    "LM loss with its own softmax, no max shift (exp of logits ~1000 overflows)": {"language_model_loss": '''
+def language_model_loss(logits, ids):
+    e = np.exp(logits[..., :-1, :])
+    p = e / e.sum(axis=-1, keepdims=True)
+    return float(-np.mean(np.log(np.take_along_axis(p, ids[..., 1:, None], axis=-1))))
+'''},
+    "LM loss computed in float32 (a float64 task rounded to float32)": {"language_model_loss": '''
+def language_model_loss(logits, ids):
+    z = logits[..., :-1, :].astype(np.float32)
+    z = z - z.max(axis=-1, keepdims=True)
+    log_p = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    return float(-np.take_along_axis(log_p, ids[..., 1:, None], axis=-1).mean())
+'''},
+    "LM loss that loops over positions t < n - 2 (the last scored position dropped)": {"language_model_loss": '''
+def language_model_loss(logits, ids):
+    losses = []
+    for t in range(ids.shape[-1] - 2):
+        lp = np.log(softmax(logits[..., t, :], axis=-1))
+        losses.append(-np.take_along_axis(lp, ids[..., t + 1, None], axis=-1))
+    return float(np.mean(losses)) if losses else 0.0
+'''},
+    "causal attention written by hand, scaled by np.sqrt(d_head) (a float64 scalar: float32 becomes float64)": {
+        "causal_self_attention": _OWN_ATTENTION + _CAUSAL_HEAD + _CONCAT + '''
+    n_new, n_total = q.shape[-2], k.shape[-2]
+    allowed = np.tril(np.ones((n_new, n_total), dtype=bool), k=n_total - n_new)
+    heads, weights = _attend(q, k, v, allowed)
+    return merge_heads(heads) @ p["W_O"] + p["b_O"], weights, (k, v)
+'''},
+    "causal attention by hand with exp(scores) unshifted (overflows for large scores)": {
+        "causal_self_attention": _CAUSAL_HEAD + _CONCAT + '''
+    n_new, n_total = q.shape[-2], k.shape[-2]
+    allowed = np.tril(np.ones((n_new, n_total), dtype=bool), k=n_total - n_new)
+    scores = q @ np.swapaxes(k, -1, -2) * (q.shape[-1] ** -0.5)
+    w = np.where(allowed, np.exp(scores), 0.0)
+    w = w / w.sum(axis=-1, keepdims=True)
+    return merge_heads(w @ v) @ p["W_O"] + p["b_O"], w, (k, v)
+'''},
+    "an empty cache made with np.zeros (float64) when there is none: float32 in, float64 out": {
+        "causal_self_attention": _CAUSAL_HEAD + '''
+    if cache is None:
+        cache = (np.zeros(k.shape[:-2] + (0, k.shape[-1])), np.zeros(v.shape[:-2] + (0, v.shape[-1])))
+    k = np.concatenate([cache[0], k], axis=-2)
+    v = np.concatenate([cache[1], v], axis=-2)
+    mask = np.tril(np.ones((q.shape[-2], k.shape[-2]), dtype=bool), k=k.shape[-2] - q.shape[-2])
+''' + _CAUSAL_TAIL},
+    "one head taken as no head axis at all (weights (n, n) for n_heads = 1)": {"causal_self_attention": '''
+def causal_self_attention(x, params, n_heads, cache=None):
+    p = params
+    proj = [x @ p[f"W_{c}"] + p[f"b_{c}"] for c in "QKV"]
+    q, k, v = proj if n_heads == 1 else [split_heads(a, n_heads) for a in proj]
+''' + _CONCAT + '''
+    mask = np.tril(np.ones((q.shape[-2], k.shape[-2]), dtype=bool), k=k.shape[-2] - q.shape[-2])
+    heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+    return (heads if n_heads == 1 else merge_heads(heads)) @ p["W_O"] + p["b_O"], weights, (k, v)
+'''},
+    "cross-attention by hand: a fully padded source gives NaN (the max of an all -inf row)": {
+        "cross_attention": _OWN_ATTENTION.replace("np.sqrt(q.shape[-1])", "q.shape[-1] ** 0.5") + _CROSS_HEAD + '''
+    q = split_heads(x @ p["W_Q"] + p["b_Q"], n_heads)
+    k = split_heads(memory @ p["W_K"] + p["b_K"], n_heads)
+    v = split_heads(memory @ p["W_V"] + p["b_V"], n_heads)
+    allowed = True if memory_mask is None else memory_mask[..., None, None, :]
+    heads, weights = _attend(q, k, v, allowed)
+    return merge_heads(heads) @ p["W_O"] + p["b_O"], weights
+'''},
+    "cross-attention padding as an additive finfo.min (a fully padded source attends uniformly)": {
+        "cross_attention": _CROSS_HEAD + '''
+    q = split_heads(x @ p["W_Q"] + p["b_Q"], n_heads)
+    k = split_heads(memory @ p["W_K"] + p["b_K"], n_heads)
+    v = split_heads(memory @ p["W_V"] + p["b_V"], n_heads)
+    mask = None
+    if memory_mask is not None:
+        mask = np.where(memory_mask, 0.0, np.finfo(x.dtype).min)[..., None, None, :]
+    heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+    return merge_heads(heads) @ p["W_O"] + p["b_O"], weights
+'''},
+    "cross-attention scores by hand, divided by np.sqrt(d_head) (float32 becomes float64)": {
+        "cross_attention": _CROSS_HEAD + '''
+    q = split_heads(x @ p["W_Q"] + p["b_Q"], n_heads)
+    k = split_heads(memory @ p["W_K"] + p["b_K"], n_heads)
+    v = split_heads(memory @ p["W_V"] + p["b_V"], n_heads)
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if memory_mask is not None:
+        scores = np.where(memory_mask[..., None, None, :], scores, -np.inf)
+    weights = softmax(scores, axis=-1)
+    return merge_heads(weights @ v) @ p["W_O"] + p["b_O"], weights
+'''},
+    "decoder block with a hand-written layer norm whose statistics are float64 (float32 in, float64 out)": {
+        "decoder_block": _BLOCK_HEAD.replace(
+            'ln = lambda h, i: layer_norm(h, p[f"ln{i}_gamma"], p[f"ln{i}_beta"])',
+            'ln = lambda h, i: p[f"ln{i}_gamma"] * (h - h.mean(-1, keepdims=True, dtype=np.float64)) / '
+            'np.sqrt(h.var(-1, keepdims=True, dtype=np.float64) + 1e-5) + p[f"ln{i}_beta"]') + _PRE_LN + _POST_LN},
+    "sampling with its own softmax, no max shift": {"sampling_probabilities": _SAMPLING_HEAD + '''
+    e = np.exp(logits / temperature)
+    probs = e / e.sum(axis=-1, keepdims=True)
+''' + _TOP_K + _top_p("mass_before < top_p")},
+    "sampling with a default temperature of 0.7": {"sampling_probabilities": _SAMPLING_HEAD.replace(
+        "temperature=1.0", "temperature=0.7") + _SOFTMAX_T + _TOP_K + _top_p("mass_before < top_p")},
+    "sampling with a default top_p of 0.9": {"sampling_probabilities": _SAMPLING_HEAD.replace(
+        "top_p=None", "top_p=0.9") + _SOFTMAX_T + _TOP_K + _top_p("mass_before < top_p")},
+    "greedy that marks every tied maximum (probs == max, renormalised)": {"sampling_probabilities": '''
+def sampling_probabilities(logits, *, temperature=1.0, top_k=None, top_p=None):
+    logits = np.asarray(logits, dtype=float)
+    if temperature == 0:
+        hot = (logits == logits.max(axis=-1, keepdims=True)).astype(float)
+        return hot / hot.sum(axis=-1, keepdims=True)
+''' + _SOFTMAX_T + _TOP_K + _top_p("mass_before < top_p")},
+    "greedy at the last of the tied maxima (argmax of the reversed row)": {"sampling_probabilities": '''
+def sampling_probabilities(logits, *, temperature=1.0, top_k=None, top_p=None):
+    logits = np.asarray(logits, dtype=float)
+    if temperature == 0:
+        last = logits.shape[-1] - 1 - np.argmax(logits[..., ::-1], axis=-1)
+        return (np.arange(logits.shape[-1]) == last[..., None]).astype(float)
+''' + _SOFTMAX_T + _TOP_K + _top_p("mass_before < top_p")},
+    "top-k by a threshold (probs >= the k-th largest: ties at the cut all kept)": {
+        "sampling_probabilities": _SAMPLING_HEAD + _SOFTMAX_T + '''
+    order = np.argsort(-probs, axis=-1, kind="stable")
+    if top_k is not None:
+        kth = np.take_along_axis(probs, order[..., top_k - 1:top_k], axis=-1)
+        probs = np.where(probs >= kth, probs, 0.0)
+        probs = probs / probs.sum(axis=-1, keepdims=True)
+''' + _top_p("mass_before < top_p")},
+    "top-k by np.partition (raises for top_k > V)": {"sampling_probabilities": _SAMPLING_HEAD + _SOFTMAX_T + '''
+    if top_k is not None:
+        kth = np.partition(probs, probs.shape[-1] - top_k, axis=-1)[..., probs.shape[-1] - top_k, None]
+        keep = np.zeros(probs.shape, dtype=bool)
+        np.put_along_axis(keep, np.argsort(-probs, axis=-1, kind="stable")[..., :top_k], True, axis=-1)
+        probs = np.where(keep & (probs >= kth), probs, 0.0)
+        probs = probs / probs.sum(axis=-1, keepdims=True)
+    order = np.argsort(-probs, axis=-1, kind="stable")
+''' + _top_p("mass_before < top_p")},
+    "a temperature below 0.01 treated as greedy": {"sampling_probabilities": _SAMPLING_HEAD.replace(
+        "if temperature == 0:", "if temperature < 0.01:") + _SOFTMAX_T + _TOP_K + _top_p("mass_before < top_p")},
+    "top-p keeping the tokens whose running sum is <= p (none when p is below the largest probability)": {
+        "sampling_probabilities": _SAMPLING_HEAD + _SOFTMAX_T + _TOP_K + _top_p("cum <= top_p")},
+    "draw by searchsorted on the left (u on a running sum goes to the token before it)": {"sample_next_token": '''
+def sample_next_token(logits, *, rng, temperature=1.0, top_k=None, top_p=None):
+    probs = sampling_probabilities(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    if temperature == 0:
+        return int(np.argmax(probs))
+    return int(np.searchsorted(np.cumsum(probs), rng.random(), side="left"))
+'''},
+    "draw from the global np.random (the rng given is ignored)": {"sample_next_token": '''
+def sample_next_token(logits, *, rng, temperature=1.0, top_k=None, top_p=None):
+    probs = sampling_probabilities(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    if temperature == 0:
+        return int(np.argmax(probs))
+    return int(np.random.choice(probs.shape[-1], p=probs))
+'''},
+    "draw from a fresh unseeded Generator each call": {"sample_next_token": '''
+def sample_next_token(logits, *, rng, temperature=1.0, top_k=None, top_p=None):
+    probs = sampling_probabilities(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    if temperature == 0:
+        return int(np.argmax(probs))
+    return int(np.random.default_rng().choice(probs.shape[-1], p=probs))
+'''},
+    "greedy that still draws a u (fails with rng=None)": {"sample_next_token": '''
+def sample_next_token(logits, *, rng, temperature=1.0, top_k=None, top_p=None):
+    probs = sampling_probabilities(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    u = rng.random()
+    return int(min(np.searchsorted(np.cumsum(probs), u, side="right"), np.flatnonzero(probs)[-1]))
+'''},
+    "generation with a fresh unseeded Generator each step": {"generate": _GENERATE_HEAD + '''
+    for _ in range(n_new):
+        step_rng = np.random.default_rng()
+        token = sample_next_token(step_fn(ids), rng=step_rng, temperature=temperature, top_k=top_k, top_p=top_p)
+        ids = np.append(ids, token)
+    return ids
+'''},
+    "generation re-seeding np.random.default_rng(0) every step": {"generate": _GENERATE_HEAD + '''
+    for _ in range(n_new):
+        token = sample_next_token(step_fn(ids), rng=np.random.default_rng(0), temperature=temperature,
+                                  top_k=top_k, top_p=top_p)
+        ids = np.append(ids, token)
+    return ids
+'''},
+    "generation greedy unless a temperature is given (default temperature 0)": {"generate": '''
+def generate(step_fn, prompt_ids, n_new, *, rng=None, temperature=0.0, top_k=None, top_p=None):
+    ids = np.asarray(prompt_ids, dtype=np.int64)
+    for _ in range(n_new):
+        token = sample_next_token(step_fn(ids), rng=rng, temperature=temperature, top_k=top_k, top_p=top_p)
+        ids = np.append(ids, token)
+    return ids
+'''},
+    "generation that concatenates the prompt with a list of new tokens (float64 when there are none)": {
+        "generate": '''
+def generate(step_fn, prompt_ids, n_new, *, rng=None, temperature=1.0, top_k=None, top_p=None):
+    new = []
+    for _ in range(n_new):
+        ids = np.concatenate([np.asarray(prompt_ids), np.array(new, dtype=np.int64)])
+        new.append(sample_next_token(step_fn(ids), rng=rng, temperature=temperature, top_k=top_k, top_p=top_p))
+    return np.concatenate([np.asarray(prompt_ids), new])
+'''},
+})
+
 # Correct implementations written differently: the hidden tests must accept them.
 ALTERNATIVES = {
     "a draw with rng.choice (NumPy's own inverse CDF) instead of one rng.random() by hand": {"sample_next_token": '''

@@ -281,3 +281,106 @@ def embedding_backward(grad_output, token_ids, vocab_size):
     return dE / np.maximum(counts, 1)[:, None]
 '''},
 }
+
+# -- written for issue 38, as students get them wrong: logits and masks beyond exp's range, a 0-d target,
+# eps passed or left to its default, float64 precision (float32 inside a float64 task) --------------------
+MUTANTS.update({
+    "cross-entropy backward with its own softmax, no max shift (logits ~1000 overflow)": {"cross_entropy_backward": '''
+def cross_entropy_backward(logits, targets):
+    e = np.exp(logits)
+    p = e / e.sum(axis=-1, keepdims=True)
+    return (p - np.eye(logits.shape[-1])[targets]) / targets.size
+'''},
+    "cross-entropy backward flattened to (N, V) and returned that way ((1, V) for one position)": {
+        "cross_entropy_backward": '''
+def cross_entropy_backward(logits, targets):
+    z = logits.reshape(-1, logits.shape[-1])
+    t = np.asarray(targets).reshape(-1)
+    p = softmax(z, axis=-1)
+    p[np.arange(t.size), t] -= 1.0
+    return (p / t.size).reshape(targets.shape + (logits.shape[-1],)) if targets.ndim else p / t.size
+'''},
+    "cross-entropy backward with the softmax in float32": {"cross_entropy_backward": '''
+def cross_entropy_backward(logits, targets):
+    z = (logits - logits.max(axis=-1, keepdims=True)).astype(np.float32)
+    p = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
+    return (p - np.eye(logits.shape[-1])[targets]) / targets.size
+'''},
+    "attention backward recomputing the weights by hand without the max shift": {"attention_backward": '''
+def attention_backward(grad_output, Q, K, V, mask=None):
+    S = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    if mask is not None:
+        S = np.where(mask, S, -np.inf) if np.asarray(mask).dtype == bool else S + mask
+    E = np.exp(S)
+    P = E / E.sum(axis=-1, keepdims=True)
+    dV = np.swapaxes(P, -1, -2) @ grad_output
+    dS = softmax_backward(P, grad_output @ np.swapaxes(V, -1, -2)) / np.sqrt(Q.shape[-1])
+    return dS @ K, np.swapaxes(dS, -1, -2) @ Q, dV
+'''},
+    "attention backward treating every mask as boolean (an additive mask's nonzero entries read as True)": {
+        "attention_backward": '''
+def attention_backward(grad_output, Q, K, V, mask=None):
+    _, P = scaled_dot_product_attention(Q, K, V, None if mask is None else np.asarray(mask).astype(bool))
+    dV = np.swapaxes(P, -1, -2) @ grad_output
+    dS = softmax_backward(P, grad_output @ np.swapaxes(V, -1, -2)) / np.sqrt(Q.shape[-1])
+    return dS @ K, np.swapaxes(dS, -1, -2) @ Q, dV
+'''},
+    "layer-norm backward with eps hard-coded to 1e-5 (the argument ignored)": {"layer_norm_backward": '''
+def layer_norm_backward(grad_output, x, gamma, eps=1e-5):
+    d = x.shape[-1]
+    c = x - x.mean(-1, keepdims=True)
+    r = 1 / np.sqrt((c ** 2).mean(-1, keepdims=True) + 1e-5)
+    xhat, g = c * r, grad_output * gamma
+    dx = r * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))
+    return dx, (grad_output * xhat).reshape(-1, d).sum(0), grad_output.reshape(-1, d).sum(0)
+'''},
+    "layer-norm backward with BERT's default eps 1e-12": {"layer_norm_backward": '''
+def layer_norm_backward(grad_output, x, gamma, eps=1e-12):
+    d = x.shape[-1]
+    c = x - x.mean(-1, keepdims=True)
+    r = 1 / np.sqrt((c ** 2).mean(-1, keepdims=True) + eps)
+    xhat, g = c * r, grad_output * gamma
+    dx = r * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))
+    return dx, (grad_output * xhat).reshape(-1, d).sum(0), grad_output.reshape(-1, d).sum(0)
+'''},
+    "layer-norm backward computed in float32": {"layer_norm_backward": '''
+def layer_norm_backward(grad_output, x, gamma, eps=1e-5):
+    d = x.shape[-1]
+    x32, g32 = x.astype(np.float32), (grad_output * gamma).astype(np.float32)
+    c = x32 - x32.mean(-1, keepdims=True)
+    r = 1 / np.sqrt((c ** 2).mean(-1, keepdims=True) + np.float32(eps))
+    xhat = c * r
+    dx = r * (g32 - g32.mean(-1, keepdims=True) - xhat * (g32 * xhat).mean(-1, keepdims=True))
+    return dx.astype(x.dtype), (grad_output * xhat).reshape(-1, d).sum(0), grad_output.reshape(-1, d).sum(0)
+'''},
+    "softmax backward with <g, p> accumulated in float32": {"softmax_backward": '''
+def softmax_backward(p, g):
+    return p * (g - np.sum(g * p, axis=-1, keepdims=True, dtype=np.float32))
+'''},
+    "embedding backward into a float32 table (np.zeros(..., dtype=np.float32))": {"embedding_backward": '''
+def embedding_backward(grad_output, token_ids, vocab_size):
+    d = grad_output.shape[-1]
+    dE = np.zeros((vocab_size, d), dtype=np.float32)
+    np.add.at(dE, token_ids.reshape(-1), grad_output.reshape(-1, d))
+    return dE
+'''},
+})
+
+ALTERNATIVES = {
+    "layer-norm backward with the one-pass variance E[x^2] - E[x]^2": {"layer_norm_backward": '''
+def layer_norm_backward(grad_output, x, gamma, eps=1e-5):
+    d = x.shape[-1]
+    mean = x.mean(-1, keepdims=True)
+    var = (x * x).mean(-1, keepdims=True) - mean * mean
+    r = 1 / np.sqrt(var + eps)
+    xhat, g = (x - mean) * r, grad_output * gamma
+    dx = r * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))
+    return dx, (grad_output * xhat).reshape(-1, d).sum(0), grad_output.reshape(-1, d).sum(0)
+'''},
+    "cross-entropy backward through scipy's logsumexp": {"cross_entropy_backward": '''
+from scipy.special import logsumexp
+def cross_entropy_backward(logits, targets):
+    p = np.exp(logits - logsumexp(logits, axis=-1, keepdims=True))
+    return (p - np.eye(logits.shape[-1])[targets]) / np.size(targets)
+'''},
+}

@@ -184,6 +184,13 @@ def rope_backward(grad_output, positions, base=10000.0):
     out[..., 1::2] = -even * s + odd * c
     return out
 '''},
+    "RoPE backward with frequencies exp(-2i/d ln base) (their last bits differ from base ** (-2i/d))": {
+        "rope_backward": '''
+def rope_backward(grad_output, positions, base=10000.0):
+    d = grad_output.shape[-1]
+    theta = np.asarray(positions)[:, None] * np.exp(-np.arange(0, d, 2) / d * np.log(base))
+    return rotate_pairs(grad_output, np.cos(theta), -np.sin(theta))
+'''},
     "K/V gradient with a loop over groups": {"kv_head_gradient": '''
 def kv_head_gradient(grad_per_query_head, n_kv_heads):
     group = grad_per_query_head.shape[0] // n_kv_heads
@@ -203,3 +210,53 @@ def lora_backward(grad_output, x, W, A, B, scale):
     return grad_output @ W + dz @ A, dA, dB
 '''},
 }
+
+# -- written for issue 38, as students get them wrong: eps and base passed or left to their defaults, float64
+# precision (float32 inside a float64 task), a rank-1 adapter ---------------------------------------------
+MUTANTS.update({
+    "RMSNorm backward with eps hard-coded to 1e-5 (the argument ignored)": {"rms_norm_backward": '''
+def rms_norm_backward(grad_output, x, weight, eps=1e-5):
+    r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-5)
+    xhat, g = x * r, grad_output * weight
+    dx = r * (g - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+    return dx, np.sum((grad_output * xhat).reshape(-1, x.shape[-1]), axis=0)
+'''},
+    "RMSNorm backward with LLaMA-1's default eps 1e-6": {"rms_norm_backward": '''
+def rms_norm_backward(grad_output, x, weight, eps=1e-6):
+    r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    xhat, g = x * r, grad_output * weight
+    dx = r * (g - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+    return dx, np.sum((grad_output * xhat).reshape(-1, x.shape[-1]), axis=0)
+'''},
+    "RMSNorm backward with r computed in float32": {"rms_norm_backward": '''
+def rms_norm_backward(grad_output, x, weight, eps=1e-5):
+    r = (1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)).astype(np.float32)
+    xhat, g = x * r, grad_output * weight
+    dx = r * (g - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+    return dx, np.sum((grad_output * xhat).reshape(-1, x.shape[-1]), axis=0)
+'''},
+    "RoPE backward with SmolLM2's base 1e5 as the default": {"rope_backward": '''
+def rope_backward(grad_output, positions, base=1e5):
+    cos, sin = rope_tables(positions, grad_output.shape[-1], base, grad_output.dtype)
+    return rotate_pairs(grad_output, cos, -sin)
+'''},
+    "RoPE backward with the angles computed in float32": {"rope_backward": '''
+def rope_backward(grad_output, positions, base=10000.0):
+    d = grad_output.shape[-1]
+    angles = np.asarray(positions, np.float32)[:, None] * (base ** (-np.arange(0, d, 2) / d)).astype(np.float32)
+    return rotate_pairs(grad_output, np.cos(angles).astype(grad_output.dtype), -np.sin(angles).astype(grad_output.dtype))
+'''},
+    "LoRA forward with the adapter kept in float32 (as a model stores it)": {"lora_forward": '''
+def lora_forward(x, W, A, B, scale):
+    A32, B32 = A.astype(np.float32), B.astype(np.float32)
+    return x @ W.T + scale * ((x.astype(np.float32) @ A32.T) @ B32.T)
+'''},
+    "LoRA backward squeezing the rank axis (breaks a rank-1 adapter)": {"lora_backward": '''
+def lora_backward(grad_output, x, W, A, B, scale):
+    rows = x.reshape(-1, x.shape[-1])
+    d_rows = grad_output.reshape(-1, grad_output.shape[-1])
+    z = np.squeeze(rows @ A.T)
+    dz = np.squeeze(scale * (d_rows @ B))
+    return (d_rows @ W + dz @ A).reshape(x.shape), dz.T @ rows, scale * (d_rows.T @ z)
+'''},
+})

@@ -14,6 +14,12 @@ c = get_config()  # noqa: F821  (provided by traitlets)
 # served at <base_url>static/mathjax/es5/tex-chtml.js
 c.ServerApp.extra_static_paths = [os.path.join(os.path.dirname(mathjax.__file__), "static")]
 
+# Formgrader renders students' markdown with nbconvert's markdown2html and no sanitiser: the
+# course's filter shows it as text unless it is on the allowlist (hub/tc_hub/formgrader.py,
+# grader/trusted/inert.py); sanitize_html also cleans HTML outputs and drops JavaScript ones.
+c.HTMLExporter.filters = {"markdown2html": "tc_hub.formgrader.markdown2html"}
+c.HTMLExporter.sanitize_html = True
+
 
 # ------------------------------------------------------------------ Autograde -> the course's sandbox
 # nbgrader's own Autograde (Formgrader's button, `NbGraderAPI.autograde`) would execute the
