@@ -468,6 +468,20 @@ class BadProbs:
         return Draft(np.array([1]), np.ones((1, 3)))
 
 
+class CountsNotProbs:
+    """Probabilities of the right shape that are not a distribution (counts, never normalised)."""
+
+    def propose(self, ids, k, rng=None):
+        return Draft(np.array([1]), np.ones((1, 97)))
+
+
+class NaNProbs:
+    def propose(self, ids, k, rng=None):
+        probs = np.full((1, 97), 1 / 96)
+        probs[0, 0] = np.nan
+        return Draft(np.array([1]), probs)
+
+
 @pytest.mark.parametrize("kwargs, error, match", [
     (dict(k=0), ValueError, "k must be a positive integer, got 0"),
     (dict(k=-2), ValueError, "k must be a positive integer, got -2"),
@@ -478,6 +492,12 @@ class BadProbs:
     (dict(drafter=TooMany()), ValueError, "drafter.propose must return at most k=3 integer token ids"),
     (dict(drafter=OutOfVocab()), ValueError, r"drafter's guesses must be token ids in 0..96"),
     (dict(drafter=BadProbs()), ValueError, r"drafter's probs must have shape \(m, V\) = \(1, 97\)"),
+    (dict(drafter=CountsNotProbs(), temperature=1.0, rng=np.random.default_rng(0)), ValueError,
+     r"drafter's probs must be distributions: finite, >= 0, each row summing to 1; got rows summing to 97..97"),
+    (dict(drafter=NaNProbs(), temperature=1.0, rng=np.random.default_rng(0)), ValueError,
+     "drafter's probs must be distributions"),
+    (dict(top_k=0), ValueError, "top_k must be a positive integer, got 0"),
+    (dict(top_p=1.5, n_new=0), ValueError, r"top_p must be in \(0, 1\], got 1.5"),
     (dict(model=object()), TypeError, r"model must have the methods forward\(ids, cache\)"),
     (dict(temperature=1.0), TypeError, "rng must be a numpy.random.Generator"),
     (dict(temperature=-1.0), ValueError, "temperature must be a finite number >= 0"),
@@ -492,6 +512,54 @@ def test_bad_arguments_are_named(kwargs, error, match):
     args.update(kwargs)
     with pytest.raises(error, match=match):
         speculative_generate(args.pop("model"), args.pop("prompt_ids"), args.pop("n_new"), args.pop("drafter"), **args)
+
+
+def test_a_model_whose_forward_gives_other_than_one_row_per_token_is_refused():
+    class OneRow:
+        config = CONFIGS["gqa"]
+
+        def new_cache(self, capacity=None):
+            return GrowingKVCache(np.zeros((1, 0, 2)), np.zeros((1, 0, 2)))
+
+        def forward(self, ids, cache=None):
+            return np.zeros(97)                                    # (V,), not (len(ids), V)
+
+    with pytest.raises(ValueError, match=r"model.forward\(ids, cache\) must return logits \(len\(ids\), V\) = "
+                                         r"\(2, 97\) \(the step protocol, generation.py\), got"):
+        speculative_generate(OneRow(), [1, 2], 3, PromptLookup(), temperature=0.0)
+
+
+class CountingModel:
+    """A model of the step protocol that records the length of every forward call."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, []
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def forward(self, ids, cache=None):
+        self.calls.append(len(ids))
+        return self.model.forward(ids, cache)
+
+
+class NeverGuesses:
+    def propose(self, ids, k, rng=None):
+        return Draft(np.zeros(0, dtype=np.int64))
+
+
+@pytest.mark.parametrize("name", ["decoder", "llama32", "fast64"])
+def test_without_guesses_the_loop_does_plain_decodings_passes(name):
+    """A drafter that never guesses costs nothing: the prompt's pass gives the first token, then one pass per token,
+    exactly the calls of plain decoding (generate with CachedStep) -- and the same logits, so the same tokens."""
+    model, prompt, _ = build(name)
+    plain, spec = CountingModel(model), CountingModel(model)
+    expected = plain_greedy(plain, prompt, 6)
+    st = SpeculationStats()
+    got = speculative_generate(spec, prompt, 6, NeverGuesses(), k=4, temperature=0.0, stats=st)
+    np.testing.assert_array_equal(got, expected)
+    assert spec.calls == plain.calls == [prompt.size] + [1] * 5, (spec.calls, plain.calls)
+    assert st.passes == st.generated == 6 and st.drafted == 0, st
 
 
 def test_a_model_whose_cache_cannot_roll_back_is_refused():
@@ -516,7 +584,9 @@ def test_a_model_whose_cache_cannot_roll_back_is_refused():
     (lambda: PromptLookup(max_match=1.5), TypeError, "max_match must be a positive integer"),
     (lambda: PromptLookup(min_ngram=4, max_match=3), ValueError, "max_match must be >= min_ngram=4, got 3"),
     (lambda: PromptLookup().propose([1, 2, 1], 0), ValueError, "k must be a positive integer, got 0"),
-    (lambda: PromptLookup().propose([[1, 2]], 2), ValueError, "prompt_ids must be a non-empty 1-D"),
+    (lambda: PromptLookup().propose([[1, 2]], 2), ValueError, "^ids must be a non-empty 1-D"),
+    (lambda: PromptLookup().propose([1.0, 2.0], 2), TypeError, "^ids must hold integers"),
+    (lambda: ModelDrafter(build("llama64")[0]).propose([-1, 2], 2), ValueError, "^ids must be token ids >= 0, got -1"),
     (lambda: ModelDrafter("a model"), TypeError, r"model must have forward\(ids, cache\) and new_cache"),
     (lambda: ModelDrafter(build("llama64")[0], temperature=-1), ValueError, "temperature must be a finite number"),
     (lambda: ModelDrafter(build("llama64")[0], top_p=2.0), ValueError, r"top_p must be in \(0, 1\]"),

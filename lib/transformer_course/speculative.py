@@ -78,6 +78,11 @@ def check_draft(draft, k: int, vocab_size: int) -> Draft:
         probs = np.asarray(draft.probs)
         if probs.shape != (tokens.size, vocab_size):
             raise ValueError(f"drafter's probs must have shape (m, V) = {(tokens.size, vocab_size)}, got {describe(probs)}")
+        if tokens.size and not (np.isfinite(probs).all() and (probs >= 0).all()
+                                and np.allclose(probs.sum(axis=1, dtype=np.float64), 1.0, rtol=0, atol=1e-4)):
+            sums = probs.sum(axis=1, dtype=np.float64)
+            raise ValueError(f"drafter's probs must be distributions: finite, >= 0, each row summing to 1; got rows "
+                             f"summing to {sums.min():.6g}..{sums.max():.6g}, min {probs.min():.3g}")
         if tokens.size and (probs[np.arange(tokens.size), tokens] <= 0).any():
             raise ValueError("drafter's probs must give each guess a positive probability (it was drawn from them)")
     return Draft(tokens.astype(np.int64), draft.probs)
@@ -112,7 +117,7 @@ class PromptLookup:
         self._last = None                     # (ids of the last call, its guesses)
 
     def propose(self, ids, k: int, rng=None) -> Draft:
-        ids, k = check_prompt_ids(ids), positive_int(k, "k")
+        ids, k = check_prompt_ids(ids, "ids"), positive_int(k, "k")
         self._back_off(ids)
         start, length = self.longest_match(ids)
         if length < self.need:
@@ -176,7 +181,7 @@ class ModelDrafter:
         self.cache, self.fed = None, np.zeros(0, dtype=np.int64)
 
     def propose(self, ids, k: int, rng=None) -> Draft:
-        ids, k = check_prompt_ids(ids), positive_int(k, "k")
+        ids, k = check_prompt_ids(ids, "ids"), positive_int(k, "k")
         if rng is not None:
             rng = check_rng(rng)
         logits = self._follow(ids, room=k)                     # (V,): the small model's next-token scores
@@ -214,8 +219,9 @@ class ModelDrafter:
 class SpeculationStats:
     """What a run of :func:`speculative_generate` did (pass one in to have it filled).
 
-    ``passes``: forward passes after the prompt (each reads the weights once), plain steps included;
-    ``drafted``/``accepted``: guesses proposed / kept; ``generated``: new tokens.
+    ``passes``: verify passes, each giving its kept guesses and one token of the model's own, plain steps
+    included: each reads the weights once (the first reuses the prompt's pass for its first row, as plain
+    decoding's first token does); ``drafted``/``accepted``: guesses proposed / kept; ``generated``: new tokens.
     """
 
     passes: int = 0
@@ -301,6 +307,7 @@ def speculative_generate(model, prompt_ids, n_new: int, drafter, *, k: int = 8, 
         raise TypeError(f"drafter must have a method propose(ids, k, rng) -> Draft, got {describe(drafter)}")
     ids, n_new, k = check_prompt_ids(prompt_ids), check_n_new(n_new), positive_int(k, "k")
     temperature = _check_temperature(temperature)
+    sampling_probabilities(np.zeros(1), temperature=temperature, top_k=top_k, top_p=top_p)   # top_k, top_p checked now
     rng = check_rng(rng) if temperature > 0 else None
     if stats is not None and not isinstance(stats, SpeculationStats):
         raise TypeError(f"stats must be None or a SpeculationStats, got {describe(stats)}")
@@ -308,24 +315,40 @@ def speculative_generate(model, prompt_ids, n_new: int, drafter, *, k: int = 8, 
     total = ids.size + n_new
     if n_new == 0:
         return ids
-    cache = model.new_cache(total - 1)
+    V = _vocab_size(model)
+    cache = model.new_cache(total - 1)                         # the last token is never fed
     if not callable(getattr(cache, "truncate", None)):
         raise TypeError(f"model.new_cache() must give a cache with truncate(length) (kv_cache.py), got {describe(cache)}")
-    if ids.size > 1:
-        model.forward(ids[:-1], cache)                         # the cache holds every token but the last
+    # The prompt's pass, as plain decoding's first step: its last row judges the first pass's first guess.
+    # After it, the cache holds every token but the last, which each later pass feeds before its guesses.
+    pending = _rows(model, ids, cache, V)[-1:]                 # (1, V)
     while ids.size < total:
         want = min(k, total - ids.size - 1)                    # guesses beyond the last token are never needed
-        draft = check_draft(drafter.propose(ids, want, rng), want, _vocab_size(model)) if want else no_draft()
+        draft = check_draft(drafter.propose(ids, want, rng), want, V) if want else no_draft()
         guesses, q_rows = draft.tokens, draft.probs
-        fed = cache.length
-        logits = model.forward(np.append(ids[-1:], guesses), cache)        # (m + 1, V): one pass over the weights
+        if pending is not None:                                # the first pass: the prompt's row, then the guesses
+            kept_before = cache.length
+            logits = np.concatenate([pending, _rows(model, guesses, cache, V)]) if guesses.size else pending
+            pending = None
+        else:                                                  # the last token and the guesses: one pass
+            kept_before = cache.length + 1
+            logits = _rows(model, np.append(ids[-1:], guesses), cache, V)          # (m + 1, V)
         p_rows = sampling_probabilities(logits, temperature=temperature, top_k=top_k, top_p=top_p)
         kept, token = accept_guesses(p_rows, guesses, q_rows, rng)
-        cache = cache.truncate(fed + 1 + kept)                 # drop the rejected guesses' positions
+        cache = cache.truncate(kept_before + kept)             # drop the rejected guesses' positions
         ids = np.concatenate([ids, guesses[:kept], [token]])
         stats.passes, stats.drafted, stats.accepted = stats.passes + 1, stats.drafted + guesses.size, stats.accepted + kept
         stats.generated = stats.generated + kept + 1
     return ids
+
+
+def _rows(model, ids: np.ndarray, cache, vocab_size: int) -> np.ndarray:
+    """``model.forward(ids, cache)``, checked to be one row of logits per fed token, ``(len(ids), V)``."""
+    logits = model.forward(ids, cache)
+    if getattr(logits, "shape", None) != (ids.size, vocab_size):
+        raise ValueError(f"model.forward(ids, cache) must return logits (len(ids), V) = {(ids.size, vocab_size)} "
+                         f"(the step protocol, generation.py), got {describe(logits)}")
+    return logits
 
 
 def _vocab_size(model) -> int:
