@@ -4,7 +4,13 @@ Sources live in notebooks/<assignment>/<assignment>.ipynb, student versions are
 released to exercises/, executed complete notebooks go to solutions/.
 """
 
+import atexit
 import os
+import shutil
+import tempfile
+import uuid
+
+from jupyter_core.paths import jupyter_runtime_dir
 
 c = get_config()  # noqa: F821  (provided by traitlets)
 
@@ -28,6 +34,18 @@ c.ClearSolutions.code_stub = {"python": (
     'gives the inputs, outputs and shapes, the Exercise text before this cell the idea")'
 )}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# Kernels started by nbgrader (validate, generate_solution, autograde) talk over IPC sockets in Jupyter's runtime
+# folder (only this user can open it) instead of TCP on 127.0.0.1, under a name of their own (tools/course.py,
+# KERNEL_TRANSPORT; the release writes the student's nbgrader_config.py with the same lines beside every notebook).
+# A socket's path holds at most 107 bytes: a runtime folder with a long path is replaced by a private temporary one.
+runtime = jupyter_runtime_dir()
+if len(runtime) > 64:
+    runtime = tempfile.mkdtemp(prefix="kernel-")
+    atexit.register(shutil.rmtree, runtime, True)
+os.makedirs(runtime, mode=0o700, exist_ok=True)
+c.KernelManager.transport = "ipc"
+c.KernelManager.ip = os.path.join(runtime, f"kernel-{uuid.uuid4().hex[:12]}")
 
 # Execution limits used by validate and autograde.
 c.Execute.timeout = 60

@@ -10,7 +10,8 @@ that have equations):
 * **No student instructions on the solutions pages.** The notebooks are written for students
   ("Cells that say `# YOUR CODE HERE` are yours", "graded by hand"); the site shows the
   executed solutions, so those sentences are taken out of the notebooks' markdown when the
-  page is read (the files in solutions/ are not changed).
+  page is read (the files in solutions/ are not changed), and so are the empty scratch cells (tagged
+  ``scratch``) where a written question lets the student compute.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def drop_student_instructions(app, docname, source):
     if not docname.startswith("solutions/") or not source[0].lstrip().startswith("{"):
         return
     notebook = json.loads(source[0])
+    notebook["cells"] = [c for c in notebook.get("cells", []) if "scratch" not in c.get("metadata", {}).get("tags", [])]
     for cell in notebook.get("cells", []):
         if cell.get("cell_type") == "markdown":
             text = "".join(cell["source"])

@@ -132,7 +132,7 @@ def test_exercises_run_all_past_the_stubs(name, tmp_path):
     nb = nbformat.read(ROOT / "exercises" / name / f"{name}.ipynb", as_version=4)
     from nbclient import NotebookClient
 
-    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=False,
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=False, config=course.kernel_config(),
                    resources={"metadata": {"path": str(tmp_path)}}).execute()   # raises at an untagged error
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code), f"{name}: Run All stopped early"
@@ -174,14 +174,17 @@ def filled_release(name):
         if meta.get("solution"):
             cell.source = solutions[meta["grade_id"]]
             filled += 1
+        elif course.SCRATCH in cell.metadata.get("tags", []):      # a written question's scratch cell, used
+            cell.source += "\nprint('a trial computation for the written question')"
     assert filled == len(solutions), (name, filled, sorted(solutions))
     return nb
 
 
 def _config_outside_the_course(home: Path) -> dict:
     """The environment of a student who validates in a folder of their own: no course
-    nbgrader_config.py (nbgrader reads one from the working folder and Jupyter's config paths),
-    so nbgrader's defaults hold (30 s per cell, interrupt on timeout)."""
+    nbgrader_config.py in Jupyter's config paths (nbgrader reads one from there and from the working
+    folder, where the release's own, kernel settings only, sits beside the notebook), so nbgrader's
+    defaults hold (30 s per cell, interrupt on timeout)."""
     env = dict(os.environ, HOME=str(home), JUPYTER_CONFIG_DIR=str(home / ".jupyter"))
     env.pop("JUPYTER_CONFIG_PATH", None)
     from jupyter_core.paths import jupyter_config_path
@@ -206,6 +209,7 @@ def test_a_correctly_filled_release_validates(name, tmp_path):
     folder.mkdir()
     path = folder / f"{name}.ipynb"
     nbformat.write(filled_release(name), path)
+    shutil.copyfile(ROOT / "exercises" / name / "nbgrader_config.py", folder / "nbgrader_config.py")   # as released
     assert ROOT not in path.parents
     proc = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "validate", path.name],
                           cwd=folder, env=_config_outside_the_course(tmp_path), capture_output=True, text=True,
@@ -216,6 +220,8 @@ def test_a_correctly_filled_release_validates(name, tmp_path):
         assert sign not in said, f"{name}: a cell ran past nbgrader's default 30 s under validate:\n{said[-3000:]}"
     assert "Success! Your notebook passes all the tests." in proc.stdout, \
         f"{name}: Validate fails on a correct submission:\n{said[-3000:]}"
+    noise = [line for line in said.splitlines() if "WARNING" in line or "over TCP" in line]
+    assert not noise, f"{name}: Validate prints warnings a student does not need (issue 39):\n" + "\n".join(noise)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -263,6 +269,10 @@ def test_committed_exercises_are_fresh(tmp_path):
         if fresh != committed:
             stale.append(name)
     assert not stale, f"exercises/ is stale for {stale}: run `make exercises`"
+    configs = [ROOT / "exercises" / "nbgrader_config.py"] + [ROOT / "exercises" / n / "nbgrader_config.py" for n in NAMES]
+    stale = [str(p.relative_to(ROOT)) for p in configs
+             if not p.exists() or p.read_text(encoding="utf-8") != course.STUDENT_CONFIG]
+    assert not stale, f"the student's nbgrader_config.py is missing or stale: {stale}: run `make exercises`"
     extra = sorted(p.name for p in (ROOT / "exercises").iterdir() if p.is_dir() and p.name not in NAMES)
     assert not extra, f"exercises/ holds notebooks with no source: {extra}"
 
@@ -409,6 +419,12 @@ def test_keep_unchanged_measurements_keeps_only_what_nbval_does_not_compare():
     assert texts[1] == "one step: 724 ms ± 95 ms; head 21% ± 5%\n", "a timing nbval sanitises keeps its digits"
     assert texts[2] == "ratio 0.6\n", "a text nbval compares is never replaced"
     assert texts[3] == "one step: 679 ms ± 61 ms; head 20% ± 1%\n", "an edited cell is written as it comes"
+    # A cell added above (a scratch cell under a written question) moves the others: they stay paired by source.
+    moved = notebook("bound here 5.1 GB/s\n", "one step: 679 ms ± 61 ms; head 20% ± 1%\n", "ratio 0.6\n")
+    moved.cells[3].source = "edited(again=True)"
+    moved.cells.insert(0, nbformat.v4.new_code_cell("# Scratch cell"))
+    assert course.keep_unchanged_measurements(moved, old) == 2
+    assert moved.cells[1].outputs[0].text == "bound here 22.5 GB/s\n", "paired by source, not by position"
 
 
 @pytest.mark.parametrize("name", NAMES)

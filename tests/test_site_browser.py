@@ -71,7 +71,7 @@ INSTALL_BROWSER = (
 
 NOTEBOOKS = sorted(p.relative_to(REPO).with_suffix("").as_posix()
                    for p in REPO.glob("solutions/*/*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-CHAPTERS = ["intro"] + NOTEBOOKS + ["solutions/theory", "about"]       # the order of site/_toc.yml
+CHAPTERS = ["intro"] + NOTEBOOKS + ["solutions/theory", "solutions/GUIDE", "about"]   # the order of site/_toc.yml
 PAGES = ["index.html"] + [f"{c}.html" for c in CHAPTERS] + ["search.html", "genindex.html"]
 
 

@@ -56,6 +56,7 @@ def nbgrader_env() -> dict:
 
 
 SHARED_FILES = ["theory.md"]   # notebooks/ files that sit next to the notebooks (links: ../theory.md)
+INSTRUCTOR_FILES = ["GUIDE.md"]  # notebooks/ files for instructors and readers: solutions/ (and the site), never exercises/
 
 # theory.md collapses what answers an exercise as <details><summary>... (after notebook NN, ...)</summary>.
 # A collapsed block hides nothing in a text editor (JupyterLab opens .md files as text), so the student
@@ -82,6 +83,87 @@ def copy_shared(dest: Path, *, student: bool) -> None:
             dest.mkdir(parents=True, exist_ok=True)
             text = src.read_text(encoding="utf-8")
             (dest / name).write_text(student_text(name, text) if student else text, encoding="utf-8")
+
+
+def copy_instructor_files(dest: Path) -> None:
+    """Copy the instructor's guide (notebooks/GUIDE.md) into ``dest`` (solutions/); the release never gets it."""
+    for name in INSTRUCTOR_FILES:
+        src = SOURCE / name
+        if src.exists():
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest / name)
+
+
+# The Jupyter kernels the course starts on this machine (solutions, the pipeline tests, nbgrader, nbval, JupyterLab)
+# talk to their client over IPC sockets in Jupyter's runtime folder (which only its user can open), not over TCP on
+# 127.0.0.1: no port another user of the host can reach, and no "Kernel is running over TCP without encryption"
+# warning at every start. The sockets get an absolute name of their own: jupyter_client's default for IPC is the
+# relative "kernel-ipc", which the kernel (started in the notebook's folder) and its client (in another working
+# folder) would resolve to two different places.
+KERNEL_TRANSPORT = "ipc"
+
+
+def ipc_runtime_dir() -> str:
+    """Jupyter's runtime folder (created, mode 0700), or, when its path is too long for a socket's name (a Unix
+    socket's path holds at most 107 bytes: a deep home folder, a test's temporary home), a private folder of
+    its own in the system's temporary folder, removed when this process ends."""
+    import atexit
+    import tempfile
+
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    runtime = jupyter_runtime_dir()
+    if len(runtime) > 64:
+        runtime = tempfile.mkdtemp(prefix="kernel-")
+        atexit.register(shutil.rmtree, runtime, True)
+    os.makedirs(runtime, mode=0o700, exist_ok=True)
+    return runtime
+
+
+def ipc_prefix() -> str:
+    """A fresh absolute name for a kernel's IPC sockets (ipc_runtime_dir)."""
+    import uuid
+
+    return os.path.join(ipc_runtime_dir(), f"kernel-{uuid.uuid4().hex[:12]}")
+
+
+def kernel_config():
+    """The traitlets configuration every locally started kernel gets (NotebookClient(..., config=...))."""
+    from traitlets.config import Config
+
+    config = Config()
+    config.KernelManager.transport = KERNEL_TRANSPORT
+    config.KernelManager.ip = ipc_prefix()
+    return config
+
+
+# nbgrader's kernels get the same two settings from an nbgrader_config.py: the course's own (the repository's root)
+# and the student's, which the release writes beside every notebook: nbgrader looks for one in the working folder
+# and warns "No nbgrader_config.py file found" when there is none. The student's holds only this: nbgrader's
+# defaults (30 s per cell, ...) stay as they are for a student's Validate.
+STUDENT_CONFIG = '''"""nbgrader settings for a student's Validate (written by the course's release: tools/course.py)."""
+
+import atexit
+import os
+import shutil
+import tempfile
+import uuid
+
+from jupyter_core.paths import jupyter_runtime_dir
+
+c = get_config()  # noqa: F821
+
+# The kernel talks to nbgrader over IPC sockets in Jupyter's runtime folder (only this user can open it), not over TCP
+# on 127.0.0.1, under a name of its own; a socket's path holds at most 107 bytes, so a runtime folder with a long
+# path is replaced by a private folder in the system's temporary folder.
+runtime = jupyter_runtime_dir()
+if len(runtime) > 64:
+    runtime = tempfile.mkdtemp(prefix="kernel-")
+    atexit.register(shutil.rmtree, runtime, True)
+os.makedirs(runtime, mode=0o700, exist_ok=True)
+c.KernelManager.transport = "ipc"
+c.KernelManager.ip = os.path.join(runtime, f"kernel-{uuid.uuid4().hex[:12]}")
+'''
 
 
 def generate_assignments(names: list[str], root: Path = ROOT) -> None:
@@ -134,11 +216,31 @@ def tag_cells_that_run_student_code(nb) -> list[int]:
     return tagged
 
 
+SCRATCH = "scratch"
+
+
+def tag_scratch_cells(nb) -> list[int]:
+    """A scratch cell (tagged `scratch` in the source: where a written question asks the student to compute or
+    print) runs the student's own trial code: tagged `raises-exception` too, so that an error there does not stop
+    Run All before the later exercises."""
+    tagged = []
+    for i, cell in enumerate(nb.cells):
+        tags = cell.metadata.get("tags", [])
+        if cell.cell_type == "code" and SCRATCH in tags:
+            if RAISES not in tags:
+                tags.append(RAISES)
+            tagged.append(i)
+    return tagged
+
+
 def finish_release(path: Path) -> None:
-    """What nbgrader's release does not do: the Run-All tags above (written in nbformat's layout)."""
+    """What nbgrader's release does not do: the Run-All tags above (written in nbformat's layout), and the
+    student's nbgrader_config.py beside the notebook (Validate finds it in the notebook's folder)."""
     nb = nbformat.read(path, as_version=4)
     tag_cells_that_run_student_code(nb)
+    tag_scratch_cells(nb)
     nbformat.write(nb, path)
+    (path.parent / "nbgrader_config.py").write_text(STUDENT_CONFIG, encoding="utf-8")
 
 
 def code_stub() -> str:
@@ -155,6 +257,7 @@ def release(names: list[str]) -> None:
     """Student versions via nbgrader (stubs replace solutions, hidden tests removed)."""
     (ROOT / ".nbgrader").mkdir(exist_ok=True)
     copy_shared(EXERCISES, student=True)
+    (EXERCISES / "nbgrader_config.py").write_text(STUDENT_CONFIG, encoding="utf-8")   # Validate run from exercises/
     t0 = time.perf_counter()
     generate_assignments(names)
     for name in names:
@@ -205,7 +308,7 @@ def execute(nb, cwd: Path, timeout: int = 300):
     from nbclient import NotebookClient
 
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                            resources={"metadata": {"path": str(cwd)}})
+                            resources={"metadata": {"path": str(cwd)}}, config=kernel_config())
     client.execute()
     return nb
 
@@ -268,15 +371,27 @@ def same_picture(png_a: str, png_b: str) -> bool:
     return bool(diff.max() <= PICTURE_MAX_LEVELS and (diff > 0).mean() <= PICTURE_MAX_PIXELS)
 
 
+def same_cells(new, old):
+    """(new cell, old cell) for every code cell of `new` whose source a code cell of `old` has, matched in order
+    (the k-th cell with a given source to the k-th one): a cell added or removed elsewhere moves the others without
+    unpairing them."""
+    unused = {}
+    for before in old.cells:
+        if before.cell_type == "code":
+            unused.setdefault(before.source, []).append(before)
+    for cell in new.cells:
+        if cell.cell_type == "code" and unused.get(cell.source):
+            yield cell, unused[cell.source].pop(0)
+
+
 def keep_unchanged_figures(new, old) -> int:
     """Give `new` (just executed) the committed PNG bytes of every figure that is the same
     picture in `old`, cell by cell where the source and the output kinds match, so that `make`
     on another machine leaves the committed solutions as they are. Text outputs are never
     touched: they must come out identical everywhere (nbval checks that). Returns the count."""
     kept = 0
-    for cell, before in zip(new.cells, old.cells):
-        if (cell.cell_type != "code" or before.cell_type != "code" or before.source != cell.source
-                or len(before.outputs) != len(cell.outputs)):
+    for cell, before in same_cells(new, old):
+        if len(before.outputs) != len(cell.outputs):
             continue
         for out, prev in zip(cell.outputs, before.outputs):
             png, prev_png = out.get("data", {}).get("image/png"), prev.get("data", {}).get("image/png")
@@ -314,9 +429,8 @@ def keep_unchanged_measurements(new, old) -> int:
     keeps its committed digits. So `make` leaves the committed solutions as they are on any machine and
     under any load; the committed numbers are those of the run that was committed. Returns the count."""
     pairs, kept = sanitizers(), 0
-    for cell, before in zip(new.cells, old.cells):
-        if (cell.cell_type != "code" or before.cell_type != "code" or before.source != cell.source
-                or [o.output_type for o in before.outputs] != [o.output_type for o in cell.outputs]):
+    for cell, before in same_cells(new, old):
+        if [o.output_type for o in before.outputs] != [o.output_type for o in cell.outputs]:
             continue
         if "nbval-ignore-output" in cell.metadata.get("tags", []):
             if cell.outputs != before.outputs:
@@ -335,6 +449,7 @@ def keep_unchanged_measurements(new, old) -> int:
 def solutions(names: list[str]) -> None:
     """Executed complete notebooks: what a reader sees and what nbval re-checks."""
     copy_shared(SOLUTIONS, student=False)
+    copy_instructor_files(SOLUTIONS)
     for name in names:
         t0 = time.perf_counter()
         nb = solution_notebook(SOURCE / name / f"{name}.ipynb")

@@ -6,6 +6,8 @@ kernel would pass `make test` and still change the committed solutions on the ne
 committed one, by the rule `make` itself uses to keep a re-drawn figure (tools/course.py,
 `same_picture`: antialiasing noise of at most PICTURE_MAX_LEVELS on at most PICTURE_MAX_PIXELS of
 the pixels). Cells tagged nbval-ignore-output are not compared at all, as in plain nbval.
+
+It also starts nbval's kernels over IPC sockets instead of TCP (CourseKernelManager below).
 """
 
 from __future__ import annotations
@@ -13,10 +15,25 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import nbval.kernel
+from jupyter_client.manager import KernelManager
 from nbval.plugin import IPyNbCell
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from course import PICTURE_MAX_LEVELS, PICTURE_MAX_PIXELS, same_picture  # noqa: E402
+from course import KERNEL_TRANSPORT, PICTURE_MAX_LEVELS, PICTURE_MAX_PIXELS, ipc_prefix, same_picture  # noqa: E402
+
+
+class CourseKernelManager(KernelManager):
+    """nbval's kernels over the course's transport (IPC sockets, tools/course.py), like every kernel the course
+    starts: nbval builds its KernelManager without a configuration, so the transport is given here."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("transport", KERNEL_TRANSPORT)
+        kwargs.setdefault("ip", ipc_prefix())            # an absolute socket name of its own (tools/course.py)
+        super().__init__(**kwargs)
+
+
+nbval.kernel.KernelManager = CourseKernelManager
 
 _compare_text = IPyNbCell.compare_outputs
 

@@ -127,7 +127,9 @@ def split_merge_heads(n=4, n_heads=3, d_head=2):
     # The split: head i is the column block i*d_head .. (i+1)*d_head, moved in front of the positions.
     x_heads = right + 2.0
     _arrow(ax, (right + 0.1, -n * cell / 2), (x_heads - 0.1, -n * cell / 2))
-    ax.text((right + x_heads) / 2, -n * cell / 2 + 0.1, "split_heads\nreshape (n, h, d_head)\ntranspose -> (h, n, d_head)",
+    # The arrows name the two functions and their shapes only: which NumPy steps get there is notebook 03's
+    # Exercise 1 (the instructor's guide checks that no picture above it says).
+    ax.text((right + x_heads) / 2, -n * cell / 2 + 0.1, "split_heads\n(n, d_model)\n-> (h, n, d_head)",
             ha="center", va="bottom", fontsize=7.5, family="monospace")
     gap = 0.35
     for i in range(n_heads):
@@ -141,7 +143,7 @@ def split_merge_heads(n=4, n_heads=3, d_head=2):
             "each head attends on its own", ha="center", fontsize=8)
     x_merged = heads_right + 2.0
     _arrow(ax, (heads_right + 0.1, -n * cell / 2), (x_merged - 0.1, -n * cell / 2))
-    ax.text((heads_right + x_merged) / 2, -n * cell / 2 + 0.12, "merge_heads\ntranspose -> (n, h, d_head)\nreshape (n, h*d_head)",
+    ax.text((heads_right + x_merged) / 2, -n * cell / 2 + 0.12, "merge_heads\n(h, n, d_head)\n-> (n, d_model)",
             ha="center", va="bottom", fontsize=7.5, family="monospace")
     _grid(ax, x_merged, 0, values, colours, cell, f"merged: (n, d_model), head 0 first")
     ax.set_xlim(-0.3, x_merged + d_model * cell + 0.2)

@@ -18,6 +18,7 @@ Parameters live in a flat ``dict`` name -> array, gradients in a dict with the s
 
 from __future__ import annotations
 
+import inspect
 from types import SimpleNamespace
 
 import numpy as np
@@ -139,8 +140,9 @@ def backward_pieces(backward=None) -> SimpleNamespace:
 
 def is_stub(fn) -> bool:
     """True for a function that is not written yet: its code raises ``NotImplementedError``
-    (nbgrader's ``raise NotImplementedError()`` stub)."""
-    code = getattr(fn, "__code__", None)
+    (nbgrader's ``raise NotImplementedError()`` stub). A wrapped function (the exercise rule's
+    monitor, ``functools.wraps``) is judged by the function it wraps."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
     return code is not None and "NotImplementedError" in code.co_names
 
 
