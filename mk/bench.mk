@@ -1,13 +1,15 @@
 # Speed against PyTorch on this machine; bench/README.md shows the latest results.
 # Included by the top-level Makefile, which defines PY and `env`.
 #
-#   make bench         everything below, one after the other (~10 min)
+#   make bench         everything below, one after the other (~40 min)
 #   make bench-attention  attention cores, multi-head attention, GEMM, memory (bench/run.py, ~5 min):
 #                      writes bench/results/latest.{md,json,png} and the table in bench/README.md
 #   make bench-llm     SmolLM2-135M decoding against the memory-bandwidth bound, 1 and 2 threads:
 #                      the bound (GEMV, plain read), FastLlama, the readable Llama, transformers
-#                      (loop, generate), llama.cpp if llama-cpp-python is installed (bench/llm_speed.py,
-#                      ~10 min): bench/results/llm_speed.{txt,json,md,png} and the table in bench/README.md
+#                      (loop, generate), llama.cpp if llama-cpp-python is installed, and both NumPy
+#                      decoders with and without speculative decoding on grounded and free prompts, tokens
+#                      compared in float32 and float64 (bench/llm_speed.py, bench/llm_speculation.py,
+#                      ~20 min): bench/results/llm_speed.{txt,json,md,png} and the table in bench/README.md
 #   make bench-llamacpp  builds the optional llama-cpp-python (requirements/bench.txt; ~5 min) for bench-llm
 #   make bench-train   one training step of notebook 10's model (bench/train_step_speed.py, ~2 min):
 #                      bench/results/train_step.txt

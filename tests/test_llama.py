@@ -132,6 +132,17 @@ def test_gqa_is_attention_with_repeated_kv_heads(rng, n_heads, n_kv, n_q, n_k):
     np.testing.assert_allclose(w, w_expected[:, n_k - n_q:], rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n_heads,n_kv,n_q,n_k", [(9, 3, 6, 6), (9, 3, 1, 6), (4, 1, 3, 5), (6, 6, 4, 4), (9, 3, 5, 40)])
+def test_unchecked_gqa_is_the_same_arithmetic(rng, n_heads, n_kv, n_q, n_k, dtype):
+    """Llama.forward's attention in every layer: the checked function's numbers, to the bit, without its checks."""
+    q = rng.standard_normal((n_heads, n_q, 8)).astype(dtype)
+    k, v = rng.standard_normal((n_kv, n_k, 8)).astype(dtype), rng.standard_normal((n_kv, n_k, 8)).astype(dtype)
+    out = L.grouped_query_attention_unchecked(q, k, v)
+    assert out.dtype == dtype
+    np.testing.assert_array_equal(out, L.grouped_query_attention(q, k, v))
+
+
 def test_gqa_refuses_kv_heads_that_do_not_divide():
     with pytest.raises(ValueError, match="divide"):
         L.grouped_query_attention(np.ones((4, 2, 8)), np.ones((3, 2, 8)), np.ones((3, 2, 8)))
@@ -181,6 +192,62 @@ def test_cache_overflow_and_bad_ids_are_refused():
         model.forward(np.arange(5), cache)
     with pytest.raises(ValueError, match="ids must lie"):
         model.forward(np.array([50]))
+
+
+def test_forward_checks_its_logits_once_and_names_an_overflow():
+    """The layers run the attention without its checks; non-finite logits send the forward through the checked
+    attention, which names the cause. Finite logits are the checked attention's, to the bit."""
+    model = tiny_model(np.float32)
+    ids = np.random.default_rng(4).integers(0, 50, 7)
+    checked = model.with_pieces(L.LlamaPieces(grouped_query_attention=lambda q, k, v: L.grouped_query_attention(q, k, v)))
+    np.testing.assert_array_equal(model.forward(ids), checked.forward(ids))
+    w = _weights_of(model)
+    w["blk.1.attn_q.weight"] = w["blk.1.attn_q.weight"] * np.float32(1e19)    # q . k ~ 1e40: beyond float32
+    w["blk.1.attn_k.weight"] = w["blk.1.attn_k.weight"] * np.float32(1e19)
+    huge = L.Llama(model.config, w, np.float32)
+    cache = huge.new_cache(16)
+    huge.forward(ids[:1], cache)                                          # one token: its own key only, finite
+    with pytest.raises(ValueError, match=r"the scores Q K\^T / sqrt\(d_k\) overflow float32"):
+        huge.forward(ids[1:], cache)
+    with pytest.raises(ValueError, match=r"the scores Q K\^T / sqrt\(d_k\) overflow float32"):
+        huge.forward(ids)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_weights_are_laid_out_transposed_and_stacked(dtype):
+    """Each matrix has the file's shape (out, in) and values; in memory it is its transpose, q|k|v and gate|up each one
+    array; one product over a stack equals the separate products."""
+    model = tiny_model(dtype)
+    w = _weights_of(tiny_model(np.float64))
+    for layer, stacks in zip(model.layers, model.stacks):
+        for stack, names in L.STACKS.items():
+            assert stacks[stack].T.flags.c_contiguous, stack
+            for name in names:
+                assert np.shares_memory(layer[name], stacks[stack]), f"{name} must be a view of {stack}"
+        assert layer["attn_output"].T.flags.c_contiguous and layer["ffn_down"].T.flags.c_contiguous
+    assert model.embedding.T.flags.c_contiguous
+    for name, a in _weights_of(model).items():
+        np.testing.assert_array_equal(a, w[name].astype(dtype))
+    y = np.random.default_rng(5).standard_normal((3, 24)).astype(dtype)
+    for stack, names in L.STACKS.items():
+        together = model.projections(1, stack, y)
+        for name, part in zip(names, together):
+            np.testing.assert_allclose(part, y @ model.layers[1][name].T, rtol=1e-5 if dtype == np.float32 else 1e-13,
+                                       atol=1e-6 if dtype == np.float32 else 1e-14)
+    bad = dict(w, **{"blk.1.ffn_up.weight": w["blk.1.ffn_up.weight"][:, :-1]})
+    with pytest.raises(ValueError, match=r"weights\['blk.1.ffn_up.weight'\] must have shape \(40, 24\), got \(40, 23\)"):
+        L.Llama(model.config, bad)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_open_swiglu_equals_the_piece(dtype):
+    """The package's SwiGLU runs open (gate and up from one product); a notebook's swiglu piece runs closed."""
+    model = tiny_model(dtype)
+    ids = np.random.default_rng(6).integers(0, 50, 8)
+    closed = model.with_pieces(L.LlamaPieces(swiglu=lambda x, Wg, Wu, Wd: L.swiglu(x, Wg, Wu, Wd)))
+    expected = closed.forward(ids)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    assert np.abs(model.forward(ids) - expected).max() <= tol * np.abs(expected).max()
 
 
 def test_missing_tensor_is_named():

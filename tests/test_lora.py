@@ -142,7 +142,9 @@ HF_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v"
 def row_permutation(ours, theirs):
     """perm with theirs[i] == ours[perm[i]] (transformers un-permutes W_Q, W_K to its half-split RoPE)."""
     u = np.random.default_rng(0).normal(0, 1, ours.shape[1])
-    a, b = ours @ u, theirs @ u
+    # both C-ordered: one BLAS kernel computes both products, so equal rows give equal bits (Llama keeps its
+    # matrices in Fortran order, whose product takes another kernel, summing in another order)
+    a, b = np.ascontiguousarray(ours) @ u, np.ascontiguousarray(theirs) @ u
     order = np.argsort(a)
     perm = order[np.searchsorted(a[order], b)]
     assert np.array_equal(ours[perm], theirs), "the two files' rows are not a permutation of each other"

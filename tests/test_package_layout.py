@@ -106,7 +106,8 @@ FLOORS = {
     # one module per concept (and torch_interop, which copies PyTorch's weights into the concept blocks)
     "concepts": {"softmax", "attention", "masks", "multihead", "positional", "normalization", "activations",
                  "feedforward", "encoder", "online_softmax", "kv_cache", "decoder_block", "loss", "generation",
-                 "backward", "quantization", "gguf_file", "safetensors_file", "torch_interop", "bpe", "wordpiece"},
+                 "speculative", "backward", "quantization", "gguf_file", "safetensors_file", "torch_interop", "bpe",
+                 "wordpiece"},
     # the models, composed of the concepts (a model may build on another: lora on llama, smollm2 on llama)
     "models": {"decoder", "llama", "smollm2", "smollm2_reference", "pretrained", "training", "lora"},
     # what the notebooks and the reader use on top: the exports, the tour, grading, figures, test helpers

@@ -198,9 +198,14 @@ def _grouped(q, k, v, query_positions, grad_output=None):
         raise ValueError(f"query_positions must have shape ({n_q},), got {describe(query_positions)}")
     group = n_heads // n_kv
     qg = q.reshape(n_kv, group * n_q, d)                  # (n_kv, group*n_q, d): query head h -> kv head h // group
-    sees = np.arange(n_k)[None, :] <= query_positions[:, None]           # (n_q, n_k): keys at or before the query
-    mask = np.tile(sees, (group, 1))                                     # (group*n_q, n_k): the same for each head
-    return qg, k, v, mask
+    return qg, k, v, _sees(query_positions, n_k, group)
+
+
+def _sees(query_positions, n_k: int, group: int) -> np.ndarray:
+    """``(group * n_q, n_k)``: True where a query may see a key (at or before its position), for each of the
+    group's query heads stacked one after the other."""
+    sees = np.arange(n_k)[None, :] <= query_positions[:, None]           # (n_q, n_k)
+    return np.tile(sees, (group, 1))                                     # (group*n_q, n_k): the same for each head
 
 
 def grouped_query_attention(q, k, v):
@@ -219,6 +224,23 @@ def grouped_query_attention(q, k, v):
         ``(n_heads, n_q, d)`` in ``q``'s dtype.
     """
     return grouped_query_attention_with_weights(q, k, v)[0]
+
+
+def grouped_query_attention_unchecked(q, k, v):
+    """:func:`grouped_query_attention`'s arithmetic without its checks (of the arguments, of NaN, of scores that
+    overflow), for a caller that checks once what a failure would show: ``Llama.forward`` checks its logits and,
+    when they are not finite, runs again on the checked version to name the cause. The same operations in the
+    same order as the checked version, so the same numbers; ``q`` ``(n_heads, n_q, d)``, ``k``, ``v``
+    ``(n_kv_heads, n_k, d)`` of one dtype, the queries the last ``n_q`` positions."""
+    n_heads, n_q, d = q.shape
+    n_kv, n_k, _ = k.shape
+    group = n_heads // n_kv
+    with np.errstate(over="ignore", invalid="ignore"):    # an overflow shows as inf or NaN in the caller's check
+        scores = (q.reshape(n_kv, group * n_q, d) @ k.swapaxes(1, 2)) * q.dtype.type(1.0 / np.sqrt(d))  # (n_kv, group*n_q, n_k)
+        if n_q > 1:                                       # a single (last) query sees every key: no mask
+            scores = np.where(_sees(np.arange(n_k - n_q, n_k), n_k, group), scores, -np.inf)
+        exps = np.exp(scores - scores.max(axis=-1, keepdims=True))      # the softmax over the keys
+        return ((exps / exps.sum(axis=-1, keepdims=True)) @ v).reshape(n_heads, n_q, d)
 
 
 def grouped_query_attention_with_weights(q, k, v, query_positions=None):

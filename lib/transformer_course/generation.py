@@ -67,15 +67,15 @@ def _check_logits(logits) -> np.ndarray:
     return logits
 
 
-def check_prompt_ids(prompt_ids) -> np.ndarray:
-    """A non-empty 1-D sequence of non-negative integer token ids, as int64 ``(n,)``."""
+def check_prompt_ids(prompt_ids, name: str = "prompt_ids") -> np.ndarray:
+    """A non-empty 1-D sequence of non-negative integer token ids, as int64 ``(n,)`` (errors say ``name``)."""
     ids = np.asarray(prompt_ids)
     if ids.ndim != 1 or ids.size == 0:
-        raise ValueError(f"prompt_ids must be a non-empty 1-D sequence of ints, got {describe(prompt_ids)}")
+        raise ValueError(f"{name} must be a non-empty 1-D sequence of ints, got {describe(prompt_ids)}")
     if not np.issubdtype(ids.dtype, np.integer):
-        raise TypeError(f"prompt_ids must hold integers, got dtype {ids.dtype}")
+        raise TypeError(f"{name} must hold integers, got dtype {ids.dtype}")
     if ids.min() < 0:
-        raise ValueError(f"prompt_ids must be token ids >= 0, got {ids.min()}")
+        raise ValueError(f"{name} must be token ids >= 0, got {ids.min()}")
     return ids.astype(np.int64)
 
 

@@ -7,9 +7,10 @@ value per head. One protocol, for one attention layer::
     cache = cache.append(keys, values)   # keys, values (..., n_heads, n_new, d_head) after the old ones
     cache.keys, cache.values             # every position so far (..., n_heads, length, d_head)
     cache.length                         # how many positions that is
+    cache = cache.truncate(n)            # forget positions n.. (speculative decoding's rollback)
 
-(``append`` returns the cache that holds old and new: a new object or the same one, updated in place;
-callers always use what it returns.) Two implementations, interchangeable:
+(``append`` and ``truncate`` return the cache that holds the result: a new object or the same one, updated
+in place; callers always use what they return.) Two implementations, interchangeable:
 
 * :class:`GrowingKVCache`: immutable; each append concatenates (notebook 08: simple, memory grows with
   the text, every step copies the cache).
@@ -24,6 +25,15 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import as_float_array, describe, positive_int
+
+
+def check_truncate(length, held: int) -> int:
+    """``truncate``'s argument: an int in ``0..held`` (a cache forgets positions; it cannot invent them)."""
+    if isinstance(length, (bool, np.bool_)) or not isinstance(length, (int, np.integer)):
+        raise TypeError(f"length must be an int in 0..{held} (the positions to keep), got {describe(length)}")
+    if not 0 <= length <= held:
+        raise ValueError(f"length must be in 0..{held} (the positions this cache holds), got {length}")
+    return int(length)
 
 
 def _check_new(keys, values):
@@ -66,6 +76,11 @@ class GrowingKVCache:
         """A new cache with ``keys``/``values`` ``(..., n_heads, n_new, d_head)`` appended after the old ones."""
         return type(self)(np.concatenate([self.keys, keys], axis=-2),      # (..., h, n_past + n_new, d_head)
                           np.concatenate([self.values, values], axis=-2))
+
+    def truncate(self, length: int) -> "GrowingKVCache":
+        """A new cache holding positions ``0..length-1`` only."""
+        length = check_truncate(length, self.length)
+        return type(self)(self.keys[..., :length, :], self.values[..., :length, :])
 
 
 class PreallocatedKVCache:
@@ -133,6 +148,11 @@ class PreallocatedKVCache:
         self.length = start + n
         return self
 
+    def truncate(self, length: int) -> "PreallocatedKVCache":
+        """Keep positions ``0..length-1``; the next append writes at ``length``. Returns itself."""
+        self.length = check_truncate(length, self.length)
+        return self
+
 
 class LayerCaches:
     """One cache per layer of a model, all holding the same positions.
@@ -187,6 +207,13 @@ class LayerCaches:
                 c.length = n
             else:
                 self.layers[i] = type(c)(c.keys[..., :n, :], c.values[..., :n, :])
+
+    def truncate(self, length: int) -> "LayerCaches":
+        """Forget every position from ``length`` on, in every layer (``length`` <= the positions held): what
+        speculative decoding does after a rejected draft. Returns itself, changed in place."""
+        length = check_truncate(length, self.length)
+        self.layers = [c.truncate(length) for c in self.layers]
+        return self
 
     @property
     def capacity(self) -> int | None:

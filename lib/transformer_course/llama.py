@@ -31,14 +31,26 @@ pieces)`` runs on other functions of the same signatures (:class:`LlamaPieces`),
 :meth:`Llama.layer` is the one composition of a layer: :meth:`Llama.forward` runs it on one sequence with a
 KV cache, ``lora.LoRAModel`` on a batch with adapters, keeping what its backward pass needs.
 
-Weights are kept as the file stores them -- matrices (out, in), like ``nn.Linear`` -- and used as
-``x @ W.T``: a transposed view, no copy. Everything stays in the model's dtype (float32 or float64);
-the position tables are cast to it, so no float64 leaks into a float32 forward pass.
+Weights have the file's shapes -- matrices (out, in), like ``nn.Linear`` -- and are used as ``x @ W.T``. In
+memory each is laid out as its transpose (Fortran order): ``W.T`` is then an (in, out) array read row by row,
+so a decode step's one-row product streams the weights in order (OpenBLAS's ``gemv_n``; with the file's
+(out, in) layout it takes ``gemv_t``, up to 1.5x slower here). Projections that read the same input --
+``W_Q | W_K | W_V``, and ``W_gate | W_up`` -- are stored stacked, each matrix a view of its stack, so that
+one product computes them together (a larger matrix also streams faster than three small ones). Everything
+stays in the model's dtype (float32 or float64); the position tables are cast to it, so no float64 leaks
+into a float32 forward pass.
+
+Checks: the ids and the cache once per :meth:`Llama.forward`; the weights once, when the model is built. The
+concept modules' grouped-query attention checks its arguments and its scores for overflow on every call; the
+forward runs its arithmetic alone (``attention.grouped_query_attention_unchecked``) in every layer and checks
+the logits once at the end -- if they are not finite, it runs again with the checked attention, which names
+the cause.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -49,7 +61,7 @@ from ._checks import check_finite, describe, float_dtype, positive_int
 # ``transformer_course.llama.rms_norm`` etc. keep working for the notebooks, lora.py and the tests).
 from .activations import silu, silu_backward  # noqa: F401
 from .attention import (grouped_query_attention, grouped_query_attention_backward,  # noqa: F401
-                        grouped_query_attention_with_weights, kv_head_gradient)
+                        grouped_query_attention_unchecked, grouped_query_attention_with_weights, kv_head_gradient)
 from .backward import tied_head_backward  # noqa: F401
 from .feedforward import swiglu, swiglu_backward  # noqa: F401
 from .kv_cache import LayerCaches, PreallocatedKVCache, check_model_cache
@@ -90,6 +102,19 @@ MODEL_DTYPES = (np.float32, np.float64)     # what Llama computes in
 
 # GGUF tensor names of layer L, relative to "blk.L.": matrices (out, in), norms (d,)
 LAYER_TENSORS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
+# Projections that read the same input, stored as one stack each (Llama.stacks): the stack's name, its members
+STACKS = {"attn_qkv": ("attn_q", "attn_k", "attn_v"), "ffn_gate_up": ("ffn_gate", "ffn_up")}
+
+
+def transposed_layout(matrices) -> np.ndarray:
+    """``matrices`` ``(out_i, in)`` stacked into one ``(sum out_i, in)`` array laid out as its transpose (Fortran
+    order): ``stack.T`` is a C-contiguous ``(in, sum out_i)`` array, so ``x @ stack.T`` reads it row by row."""
+    stack = np.empty((sum(W.shape[0] for W in matrices), matrices[0].shape[1]), matrices[0].dtype, order="F")
+    start = 0
+    for W in matrices:
+        stack[start:start + W.shape[0]] = W
+        start = start + W.shape[0]
+    return stack
 
 
 class KVCache(LayerCaches):
@@ -167,13 +192,28 @@ class Llama:
         if missing:
             raise KeyError(f"weights lacks {len(missing)} tensor(s), e.g. {missing[:3]}")
         cast = lambda a: np.asarray(a).astype(self.dtype, copy=False)   # noqa: E731
-        self.embedding = cast(weights["token_embd.weight"])                     # (V, d)
-        if self.embedding.shape != (config.vocab_size, config.d_model):
+        embedding = cast(weights["token_embd.weight"])
+        if embedding.shape != (config.vocab_size, config.d_model):
             raise ValueError(f"token_embd.weight must have shape {(config.vocab_size, config.d_model)}, "
-                             f"got {self.embedding.shape}")
+                             f"got {embedding.shape}")
+        self.embedding = transposed_layout([embedding])                         # (V, d); E^T streams for the head
         self.final_norm = cast(weights["output_norm.weight"])                   # (d,)
-        self.layers = [{name: cast(weights[f"blk.{L}.{name}.weight"]) for name in LAYER_TENSORS}
-                       for L in range(config.n_layers)]
+        d, nq, nkv, F = config.d_model, config.n_heads * config.d_head, config.n_kv_heads * config.d_head, config.d_ff
+        shapes = {"attn_norm": (d,), "attn_q": (nq, d), "attn_k": (nkv, d), "attn_v": (nkv, d), "attn_output": (d, nq),
+                  "ffn_norm": (d,), "ffn_gate": (F, d), "ffn_up": (F, d), "ffn_down": (d, F)}
+        self.layers, self.stacks = [], []
+        for L in range(config.n_layers):
+            w = {name: cast(weights[f"blk.{L}.{name}.weight"]) for name in LAYER_TENSORS}
+            for name, a in w.items():
+                if a.shape != shapes[name]:
+                    raise ValueError(f"weights['blk.{L}.{name}.weight'] must have shape {shapes[name]}, got {a.shape}")
+            stacks = {stack: transposed_layout([w[name] for name in names]) for stack, names in STACKS.items()}
+            layer = {name: a if a.ndim == 1 else transposed_layout([a]) for name, a in w.items()}
+            for stack, names in STACKS.items():                                  # each matrix a view of its stack
+                bounds = np.cumsum([0] + [w[name].shape[0] for name in names])
+                layer.update({name: stacks[stack][lo:hi] for name, lo, hi in zip(names, bounds, bounds[1:])})
+            self.layers.append(layer)
+            self.stacks.append(stacks)
         tensors = {"token_embd.weight": self.embedding, "output_norm.weight": self.final_norm}
         tensors.update({f"blk.{L}.{name}.weight": layer[name] for L, layer in enumerate(self.layers) for name in layer})
         for name, a in tensors.items():                 # min and max: NaN propagates, +-inf shows; 2 fast passes
@@ -185,6 +225,17 @@ class Llama:
         concept modules'), e.g. a notebook's own ``rms_norm``, ``apply_rope``, ``swiglu``, ``grouped_query_attention``."""
         other = copy.copy(self)
         other.pieces = llama_pieces(pieces)
+        return other
+
+    def truncated(self, n_layers: int) -> "Llama":
+        """The first ``n_layers`` layers of this model, then its final norm and head, sharing its weight arrays: a
+        cheaper model of the same vocabulary ("early exit"; a drafter for speculative decoding, speculative.py)."""
+        n_layers = positive_int(n_layers, "n_layers")
+        if n_layers > self.config.n_layers:
+            raise ValueError(f"n_layers must be in 1..{self.config.n_layers} (this model's layers), got {n_layers}")
+        other = copy.copy(self)
+        other.config = dataclasses.replace(self.config, n_layers=n_layers)
+        other.layers, other.stacks = self.layers[:n_layers], self.stacks[:n_layers]
         return other
 
     def new_cache(self, capacity: int | None = None) -> LayerCaches:
@@ -227,16 +278,24 @@ class Llama:
                              "grouped_query_attention_with_weights); this model's piece is "
                              f"{describe(self.pieces.grouped_query_attention)}, which returns the output only")
 
+        logits, weights = self._layers_and_head(ids, positions, cache, return_weights, checked=False)
+        if not (np.isfinite(logits.max()) and np.isfinite(logits.min())):    # NaN propagates, +-inf shows
+            if cache is not None:                                          # something overflowed: again, with the
+                cache.truncate(start)                                      # checked attention, to name the cause
+            logits, weights = self._layers_and_head(ids, positions, cache, return_weights, checked=True)
+        return (logits, weights) if return_weights else logits
+
+    def _layers_and_head(self, ids, positions, cache, return_weights: bool, checked: bool):
+        """The forward pass proper: ``(logits (n, V), the layers' attention weights or None)``."""
         x = self.embedding[ids]                                          # (n, d)
         all_weights = []
-        for L in range(cfg.n_layers):
+        for L in range(self.config.n_layers):
             if return_weights:
                 x, weights = self.layer(L, x, positions, cache, return_weights=True)
                 all_weights.append(weights)
             else:
-                x = self.layer(L, x, positions, cache)                   # (n, d)
-        logits = self.head(x)                                            # (n, V)
-        return (logits, all_weights) if return_weights else logits
+                x = self.layer(L, x, positions, cache, checked=checked)  # (n, d)
+        return self.head(x), (all_weights if return_weights else None)  # (n, V)
 
     def head(self, x) -> np.ndarray:
         """Logits ``(..., V)`` of the residual stream ``x`` ``(..., d)`` leaving the last layer: the final RMSNorm,
@@ -245,7 +304,7 @@ class Llama:
         h = self._as_model(self.pieces.rms_norm(rows, self.final_norm, self.config.eps))
         return (h @ self.embedding.T).reshape(np.shape(x)[:-1] + (self.config.vocab_size,))
 
-    def layer(self, L: int, x, positions, cache=None, *, adapted=None, keep=None, return_weights=False):
+    def layer(self, L: int, x, positions, cache=None, *, adapted=None, keep=None, return_weights=False, checked=True):
         """Layer ``L`` on the residual stream ``x`` ``(..., n, d)`` of tokens at ``positions`` ``(n,)``: THE composition
         of a LLaMA layer, on this model's pieces. :meth:`forward` runs it on one sequence ``(n, d)`` with a KV
         cache; :class:`~transformer_course.lora.LoRAModel` on a batch ``(B, n, d)``, with adapters, keeping what its
@@ -270,12 +329,15 @@ class Llama:
                 ``inputs``: ``{name: rows}``, the input of each ADAPTED projection, which its adapter's gradient
                 needs (a frozen projection passes ``dy W`` down: its input is not kept, and its memory is reused).
             return_weights: also return the attention weights ``(..., H, n, n_k)`` (the package's attention only).
+            checked: False runs the package's attention without its checks (:meth:`forward` checks the logits).
 
-        The feed-forward is the model's ``swiglu`` piece -- unless ``keep`` is given or one of its three matrices
-        is adapted: then it is composed open, ``ffn_down(silu(ffn_gate(m)) * ffn_up(m))`` (``silu`` of
-        ``activations.py``). A closed swiglu holds its matrices out of the adapters' reach, and gives neither
-        ``gate`` nor ``up``, which its backward needs: it would have to compute the two ``(d_ff, d)`` products again,
-        half the forward's arithmetic. For the package's ``swiglu`` the two forms give the same bits.
+        q, k and v read the same ``a``, gate and up the same ``m``: each group is one product over its stacked
+        matrices (:meth:`projections`). The feed-forward is the model's ``swiglu`` piece when that is a notebook's
+        own; otherwise -- the package's ``swiglu``, ``keep`` given, or one of its three matrices adapted -- it is
+        composed open, ``ffn_down(silu(gate) * up)`` (``silu`` of ``activations.py``, what the package's ``swiglu``
+        computes): gate and up then come from one product, adapters reach the matrices, and the backward gets
+        ``gate`` and ``up`` (a closed swiglu gives neither: it would have to compute the two ``(d_ff, d)`` products
+        again, half the forward's arithmetic).
         """
         cfg, w, p, as_model = self.config, self.layers[L], self.pieces, self._as_model
         if cache is not None and np.ndim(x) != 2:
@@ -287,20 +349,19 @@ class Llama:
         rows = x.reshape(-1, cfg.d_model)                                # (tokens, d)
 
         a = as_model(p.rms_norm(rows, w["attn_norm"], cfg.eps))         # (tokens, d)
-        q = heads(proj("attn_q", a), cfg.n_heads)                        # (..., H, n, dh)
-        k = heads(proj("attn_k", a), cfg.n_kv_heads)                     # (..., Hkv, n, dh)
-        v = heads(proj("attn_v", a), cfg.n_kv_heads)                     # (..., Hkv, n, dh)
-        q = as_model(p.apply_rope(q, positions, cfg.rope_base))
-        k = as_model(p.apply_rope(k, positions, cfg.rope_base))
+        q, k, v = self.projections(L, "attn_qkv", a, adapted)            # (tokens, H*dh), (tokens, Hkv*dh) x 2
+        q = as_model(p.apply_rope(heads(q, cfg.n_heads), positions, cfg.rope_base))      # (..., H, n, dh)
+        k = as_model(p.apply_rope(heads(k, cfg.n_kv_heads), positions, cfg.rope_base))   # (..., Hkv, n, dh)
+        v = heads(v, cfg.n_kv_heads)                                     # (..., Hkv, n, dh)
         k_all, v_all = (k, v) if cache is None else cache.append(L, k, v)   # (..., Hkv, n_k, dh) each
-        o, weights = self._attention(q, k_all, v_all, return_weights or keep is not None)   # (..., H, n, dh)
+        o, weights = self._attention(q, k_all, v_all, return_weights or keep is not None, checked)  # (..., H, n, dh)
         o = o.swapaxes(-2, -3).reshape(rows.shape)                       # (tokens, H*dh) = (tokens, d)
         x1 = rows + proj("attn_output", o)
         m = as_model(p.rms_norm(x1, w["ffn_norm"], cfg.eps))
-        if keep is None and not adapted.keys() & {"ffn_gate", "ffn_up", "ffn_down"}:
+        if keep is None and p.swiglu is not swiglu and not adapted.keys() & {"ffn_gate", "ffn_up", "ffn_down"}:
             x2 = x1 + as_model(p.swiglu(m, w["ffn_gate"], w["ffn_up"], w["ffn_down"]))
-        else:                                                            # open: for the adapters and the backward
-            gate, up = proj("ffn_gate", m), proj("ffn_up", m)            # (tokens, d_ff) each
+        else:                                                            # open: the package's, adapters, backward
+            gate, up = self.projections(L, "ffn_gate_up", m, adapted)    # (tokens, d_ff) each
             act = silu(gate)
             s = act * up
             x2 = x1 + proj("ffn_down", s)
@@ -312,16 +373,29 @@ class Llama:
         x2 = x2.reshape(x.shape)                                         # (..., n, d)
         return (x2, weights) if return_weights else x2
 
-    def _attention(self, q, k, v, want_weights: bool):
+    def projections(self, L: int, stack: str, y, adapted=None) -> list:
+        """``y W^T`` ``(tokens, out)`` for each matrix of ``stack`` (:data:`STACKS`: ``"attn_qkv"`` or ``"ffn_gate_up"``,
+        matrices that read the same ``y``): one product over the stacked matrices, split -- or, when an adapter replaces
+        one of them (``adapted``, LoRA's), one product each."""
+        names, w = STACKS[stack], self.layers[L]
+        if adapted and adapted.keys() & set(names):
+            return [adapted[name](y) if name in adapted else y @ w[name].T for name in names]
+        widths = np.cumsum([w[name].shape[0] for name in names])[:-1]   # where one output ends and the next begins
+        return np.split(y @ self.stacks[L][stack].T, widths, axis=-1)   # (tokens, sum of outs) -> one per matrix
+
+    def _attention(self, q, k, v, want_weights: bool, checked: bool = True):
         """The model's grouped-query attention on ``q`` ``(..., H, n, dh)``, ``k``, ``v`` ``(..., Hkv, n_k, dh)``, in
         one call: the sequences of a batch are more heads. Query head h of sequence b, row ``b H + h`` of the stack, reads
         row ``(b H + h) // group = b Hkv + h // group``: its own sequence's key/value head h // group. Returns
         ``(out (..., H, n, dh), weights (..., H, n, n_k) or None)``: the weights when wanted and the piece is the
-        package's (:func:`grouped_query_attention_with_weights`, the same output bits)."""
-        if want_weights and self.pieces.grouped_query_attention is grouped_query_attention:
+        package's (:func:`grouped_query_attention_with_weights`, the same output bits). ``checked=False`` runs the
+        package's attention as :func:`grouped_query_attention_unchecked` (the same numbers, no checks)."""
+        package = self.pieces.grouped_query_attention is grouped_query_attention
+        if want_weights and package:
             out, weights = grouped_query_attention_with_weights(stack_heads(q), stack_heads(k), stack_heads(v))
             return out.reshape(q.shape), weights.reshape(q.shape[:-1] + k.shape[-2:-1])
-        out = self.pieces.grouped_query_attention(stack_heads(q), stack_heads(k), stack_heads(v))   # (B*H, n, dh)
+        attend = grouped_query_attention_unchecked if package and not checked else self.pieces.grouped_query_attention
+        out = attend(stack_heads(q), stack_heads(k), stack_heads(v))     # (B*H, n, dh)
         return self._as_model(out).reshape(q.shape), None
 
     def _as_model(self, a) -> np.ndarray:

@@ -274,4 +274,5 @@ COVERAGE = {
 # those the exercises are one line each, so they count as their twins. transformer_course_fast's FastLlama is
 # the whole of this notebook's model written for speed: its row scaling (_rms) times the gain is rms_norm.
 TWINS = {"apply_rope": ("rope_tables", "rotate_pairs"), "swiglu": ("silu",),
-         "grouped_query_attention": ("grouped_query_attention_with_weights",), "rms_norm": ("FastLlama",)}
+         "grouped_query_attention": ("grouped_query_attention_with_weights", "grouped_query_attention_unchecked"),
+         "rms_norm": ("FastLlama",)}

@@ -21,25 +21,29 @@ _BLAS_LOCK = threading.Lock()
 _BLAS_STATE = {"api": None, "searched": False, "users": 0, "saved": None}
 
 
+def _openblas_libraries():
+    """The OpenBLAS libraries NumPy's wheel ships, opened with ctypes."""
+    root = os.path.dirname(os.path.abspath(np.__file__))
+    patterns = [os.path.join(root, os.pardir, "numpy.libs", "*openblas*"),
+                os.path.join(root, ".dylibs", "*openblas*"),
+                os.path.join(root, "_core", "*openblas*")]
+    for path in sorted({p for pat in patterns for p in glob.glob(pat)}):
+        try:
+            yield ctypes.CDLL(path)
+        except OSError:
+            continue
+
+
 def _openblas_api():
     """``(get_num_threads, set_num_threads)`` of NumPy's OpenBLAS, or None if not found."""
     if _BLAS_STATE["searched"]:
         return _BLAS_STATE["api"]
     _BLAS_STATE["searched"] = True
-    root = os.path.dirname(os.path.abspath(np.__file__))
-    patterns = [os.path.join(root, os.pardir, "numpy.libs", "*openblas*"),
-                os.path.join(root, ".dylibs", "*openblas*"),
-                os.path.join(root, "_core", "*openblas*")]
-    candidates = sorted({p for pat in patterns for p in glob.glob(pat)})
     names = [("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
              ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
              ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
              ("openblas_get_num_threads", "openblas_set_num_threads")]
-    for path in candidates:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
+    for lib in _openblas_libraries():
         for get_name, set_name in names:
             get_fn, set_fn = getattr(lib, get_name, None), getattr(lib, set_name, None)
             if get_fn is not None and set_fn is not None:
@@ -48,6 +52,19 @@ def _openblas_api():
                 set_fn.restype = None
                 _BLAS_STATE["api"] = (get_fn, set_fn)
                 return _BLAS_STATE["api"]
+    return None
+
+
+def openblas_corename() -> str | None:
+    """The kernel OpenBLAS chose for this CPU (``"SkylakeX"``, ``"Haswell"``, ...; ``OPENBLAS_CORETYPE`` overrides
+    it), or None if NumPy's OpenBLAS is not found."""
+    for lib in _openblas_libraries():
+        for name in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename64_",
+                     "openblas_get_corename"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype = ctypes.c_char_p
+                return fn().decode()
     return None
 
 

@@ -25,6 +25,11 @@ readable model spends beyond it is Python and NumPy calls, fresh arrays, copies 
   :meth:`FastLlama.forward` / :meth:`FastLlama.decode_step`; nothing inside the layers.
 * **Batched prefill**: a prompt of ``n`` tokens goes through every layer as ``(n, d)`` matrix
   products (GEMM), with causal attention over blocks of queries.
+* **A few tokens, one read of the weights** (the verify pass of speculative decoding,
+  ``transformer_course.speculative``): 2 to ``stacked_rows`` new tokens multiply each matrix as one GEMV
+  per row in one matmul call -- the matrix streams from memory for the first row and comes from the cache
+  for the others -- since OpenBLAS's GEMM, which packs the matrix first, costs ~2-3 one-row passes at
+  2-8 rows (:meth:`FastLlama._times`). The cache rolls back with ``FastKVCache.truncate``.
 
 The result equals the readable model up to rounding (float32 and float64; the bounds are in
 tests/test_fast_llama.py), and greedy continuations are identical.
@@ -35,13 +40,19 @@ model itself takes a config and a dict of GGUF-named arrays, like the readable `
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
+import types
 from dataclasses import dataclass
 
 import numpy as np
 
 from transformer_course._checks import describe, positive_int
+from transformer_course.kv_cache import check_truncate
 from transformer_course.positional import rope_frequencies
+
+from ._threads import openblas_corename
 
 __all__ = ["FastKVCache", "FastLlama", "course_smollm2", "load_fast_smollm2"]
 
@@ -50,6 +61,14 @@ _LAYER = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", 
 _CONFIG_FIELDS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size", "rope_base", "eps")
 #: Queries per block in the prefill's attention: scores of at most ``n_heads x 256 x n_k`` at a time.
 PREFILL_BLOCK = 256
+#: Up to this many rows, ``rows @ W`` is computed as one GEMV per row in one matmul call (the matrix comes from
+#: memory for the first row and from the cache for the others); above it as one GEMM, which packs the weight
+#: matrix before multiplying. Which is cheaper for 2-16 rows depends on OpenBLAS's kernel (measured on SmolLM2's
+#: matrices, see :meth:`FastLlama._times`): per kernel name, the default for the others.
+STACKED_ROWS = {"SkylakeX": 8, "Cooperlake": 8, "SapphireRapids": 8, None: 3}
+#: A matrix larger than this (the head) is multiplied row by row in column blocks of at most this many bytes,
+#: so that each block is still in the cache for the next row.
+CACHED_BYTES = 8 * 2**20
 
 
 # ---------------------------------------------------------------------------------------------
@@ -98,6 +117,11 @@ class FastKVCache:
     @property
     def nbytes(self) -> int:
         return self.keys.nbytes + self.values.nbytes
+
+    def truncate(self, length: int) -> "FastKVCache":
+        """Keep positions ``0..length-1`` (speculative decoding's rollback); returns itself."""
+        self.length = check_truncate(length, self.length)
+        return self
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,6 +210,8 @@ class FastLlama:
             raise ValueError(f"config needs n_heads | d_model, n_kv_heads | n_heads and an even d_head, got {config}")
         _check_weights(config, weights)
         self.config, self.dtype = config, dtype
+        corename = openblas_corename()
+        self.stacked_rows = STACKED_ROWS.get(corename, STACKED_ROWS[None])   # see _times
         c = self.config
         self.d_head = c.d_model // c.n_heads
         self.group = c.n_heads // c.n_kv_heads
@@ -224,6 +250,18 @@ class FastLlama:
     def matrices(self) -> list[np.ndarray]:
         """The arrays a decode step multiplies by, in order (for measuring the bound)."""
         return [a for layer in self.layers for a in (layer.qkv, layer.o, layer.gate_up, layer.down)] + [self.embedding_t]
+
+    def truncated(self, n_layers: int) -> "FastLlama":
+        """The first ``n_layers`` layers, then the final norm and head, sharing this model's prepared arrays (as
+        ``Llama.truncated``: a drafter for speculative decoding)."""
+        n_layers = positive_int(n_layers, "n_layers")
+        if n_layers > self.config.n_layers:
+            raise ValueError(f"n_layers must be in 1..{self.config.n_layers} (this model's layers), got {n_layers}")
+        other = copy.copy(self)
+        other.config = (dataclasses.replace(self.config, n_layers=n_layers) if dataclasses.is_dataclass(self.config)
+                        else types.SimpleNamespace(**{**vars(self.config), "n_layers": n_layers}))
+        other.layers = self.layers[:n_layers]
+        return other
 
     def new_cache(self, capacity: int = 1024) -> FastKVCache:
         return FastKVCache(self.config, capacity, self.dtype)
@@ -381,6 +419,26 @@ class FastLlama:
 
     # -- many tokens ----------------------------------------------------------------------------
 
+    def _times(self, x: np.ndarray, W: np.ndarray) -> np.ndarray:
+        """``x (n, in) @ W (in, out)``, reading ``W`` from memory once. One GEMM for many rows; for a few
+        (2..``self.stacked_rows``: a verify pass of speculative decoding), one GEMV per row in one matmul call over
+        the stack ``(n, 1, in)``: the first row streams ``W`` from memory, the others find it in the cache (the
+        head, larger than the cache, in column blocks). Measured for all of SmolLM2's matrices, one thread, two
+        busy cores (load 2-3), relative to one GEMV pass, at 2 / 4 / 8 / 16 rows: OpenBLAS 0.3.31's GEMM with its
+        SkylakeX kernel 2.97 / 3.04 / 3.42 / 4.15, with its Haswell kernel 2.0 / 1.8 / 2.3 / 3.0 (odd row counts
+        cost more); the stacked GEMVs 1.44 / 2.05 / 3.09 / 5.3 with either."""
+        n = x.shape[0]
+        if n == 1 or n > self.stacked_rows:
+            return x @ W
+        stack = x[:, None, :]                                           # (n, 1, in): n GEMVs
+        if W.nbytes <= CACHED_BYTES:
+            return np.matmul(stack, W)[:, 0]
+        out = np.empty((n, 1, W.shape[1]), np.result_type(x, W))
+        cols = max(1, CACHED_BYTES // (W.shape[0] * W.itemsize))
+        for c0 in range(0, W.shape[1], cols):
+            np.matmul(stack, W[:, c0:c0 + cols], out=out[:, :, c0:c0 + cols])
+        return out[:, 0]
+
     def _rms(self, x: np.ndarray) -> np.ndarray:
         """``x / rms(x)`` row by row (the gain is folded into the next matrix), ``(n, d)``."""
         ms = np.einsum("ij,ij->i", x, x) / x.shape[1]                  # (n,)
@@ -394,12 +452,15 @@ class FastLlama:
         angles = np.arange(start, n_k)[:, None] * self._inv_freq[None, :]           # (n, dh/2) float64
         cos = np.cos(angles).astype(self.dtype)[:, None, :]                          # (n, 1, dh/2)
         sin = np.sin(angles).astype(self.dtype)[:, None, :]
-        # causal mask for a block of queries: key j is allowed for query position p if j <= p
+        # causal mask of each block of queries, made once for every layer: key j is allowed for position p if j <= p
         key_pos = np.arange(n_k)
+        blocks = [(b0, min(n, b0 + PREFILL_BLOCK)) for b0 in range(0, n, PREFILL_BLOCK)]
+        masks = [np.where(key_pos[None, :] > np.arange(start + b0, start + b1)[:, None], -np.inf, 0.0).astype(self.dtype)
+                 for b0, b1 in blocks]                                               # (nb, n_k) each: 0 or -inf
         x = np.ascontiguousarray(self.embedding_t[:, ids].T)                         # (n, d)
         with np.errstate(over="ignore"):
             for L, w in enumerate(self.layers):
-                qkv = self._rms(x) @ w.qkv                                           # (n, H dh + 2 Hkv dh)
+                qkv = self._times(self._rms(x), w.qkv)                                          # (n, H dh + 2 Hkv dh)
                 rot = qkv[:, :nq + nkv].reshape(n, c.n_heads + Hkv, 2, half)
                 a, b = rot[:, :, 0], rot[:, :, 1]                                    # (n, H + Hkv, dh/2)
                 a_new = a * cos - b * sin
@@ -411,20 +472,18 @@ class FastLlama:
                 K, V = cache.keys[L, :, :n_k], cache.values[L, :, :n_k]              # (Hkv, n_k, dh)
                 q = qkv[:, :nq].reshape(n, Hkv, g, dh).transpose(1, 2, 0, 3)         # (Hkv, g, n, dh)
                 att = np.empty((n, Hkv, g, dh), self.dtype)
-                for b0 in range(0, n, PREFILL_BLOCK):
-                    b1 = min(n, b0 + PREFILL_BLOCK)
+                for (b0, b1), mask in zip(blocks, masks):
                     s = q[:, :, b0:b1] @ K.transpose(0, 2, 1)[:, None]              # (Hkv, g, nb, n_k)
-                    future = key_pos[None, :] > np.arange(start + b0, start + b1)[:, None]   # (nb, n_k)
-                    s += np.where(future, -np.inf, 0.0).astype(self.dtype)
+                    s += mask
                     s -= s.max(axis=-1, keepdims=True)
                     np.exp(s, out=s)
                     s /= s.sum(axis=-1, keepdims=True)
                     att[b0:b1] = (s @ V[:, None]).transpose(2, 0, 1, 3)             # (nb, Hkv, g, dh)
-                x += att.reshape(n, nq) @ w.o
-                gu = self._rms(x) @ w.gate_up                                        # (n, 2 d_ff)
+                x += self._times(att.reshape(n, nq), w.o)
+                gu = self._times(self._rms(x), w.gate_up)                                      # (n, 2 d_ff)
                 gate, up = gu[:, :c.d_ff], gu[:, c.d_ff:]
-                x += (gate / (1 + np.exp(-gate)) * up) @ w.down
+                x += self._times(gate / (1 + np.exp(-gate)) * up, w.down)
         cache.length = n_k
         if last_only:
             return (self._rms(x[-1:]) * self.final_norm)[0] @ self.embedding_t      # (V,)
-        return (self._rms(x) * self.final_norm) @ self.embedding_t                  # (n, V)
+        return self._times(self._rms(x) * self.final_norm, self.embedding_t)         # (n, V)
