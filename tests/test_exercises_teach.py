@@ -198,6 +198,13 @@ def test_package_twin_in_a_visible_test_is_found_and_other_package_calls_are_not
                  test_cell("block = tc.Block()\nassert_close(softmax(x), tc.layer_norm(x), 'another function')\n"
                            "y = block.softmax(x)\n### BEGIN HIDDEN TESTS\nassert tc.softmax(x) is not None\n### END HIDDEN TESTS\n"))
     assert checks.twin_in_visible_tests("nb", fine) == [], "a method of an object, another function or a hidden test"
+    # Inside `if cross_check(...):` the twin is a black box, skipped while grading (the exercise rule stops an
+    # exercise that calls it in the student's kernel); the same call after that block is still found.
+    checked = nb_of(code("import transformer_course as tc"), sol,
+                    test_cell("if cross_check('softmax vs the package'):\n    assert_close(softmax(x), tc.softmax(x), 'vs')\n"
+                              "assert_close(softmax(x), tc.softmax(x), 'unguarded')\n"))
+    found = checks.twin_in_visible_tests("nb", checked)
+    assert len(found) == 1 and "`tc.softmax`" in found[0], found
 
 
 def test_answer_in_a_summary_is_found_by_formula_code_and_words():

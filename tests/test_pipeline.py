@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -302,16 +303,19 @@ def test_shared_files_are_fresh(folder):
 
 def test_student_theory_leaves_out_the_answers_and_keeps_every_heading():
     """theory.md's answer blocks (<details> "after notebook NN") hide nothing in a text editor: the student
-    release keeps their summaries, not their bodies; headings (the notebooks' link targets) all stay."""
+    release keeps their summaries as one plain line saying what is withheld (no collapsed block holding only a
+    placeholder), not their bodies; headings (the notebooks' link targets) all stay."""
     full = (ROOT / "notebooks" / "theory.md").read_text(encoding="utf-8")
     student = course.student_text("theory.md", full)
     blocks = course.ANSWER_BLOCK.findall(full)
     assert blocks, "theory.md has no answer blocks: the rule has nothing to do (did their summaries change?)"
     for summary, nb, body, _ in blocks:
-        assert summary in student, f"the student theory lost the summary {summary!r}"
+        said = re.sub(r"<[^>]+>", "", summary).strip()
+        assert f"Withheld from the student release: “{said}”" in student, f"the student theory lost the summary {said!r}"
         for line in (ln.strip() for ln in body.splitlines()):
             if len(line) > 40:
                 assert line not in student, f"notebook {nb}'s answer block is in the student theory: {line[:80]!r}"
+    assert not course.ANSWER_BLOCK.search(student), "a collapsed answer block (a placeholder) is left in the student theory"
     headings = lambda t: [ln for ln in t.splitlines() if ln.startswith("#")]  # noqa: E731
     assert headings(student) == headings(full), "the student theory must keep every heading"
     planted = "<details><summary>The trick (after notebook 07, Exercise 1)</summary>\n\nx = y + 1 is the answer.\n</details>"

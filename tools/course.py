@@ -68,10 +68,12 @@ def student_text(name: str, text: str) -> str:
     """A shared file as the student release holds it: theory.md without the bodies of its answer blocks."""
     if name != "theory.md":
         return text
-    return ANSWER_BLOCK.sub(
-        lambda m: (f"{m.group(1)}\n\n*Not in the student release: this answers notebook {m.group(2)}'s exercise. "
-                   f"After you hand it in, read it in the course's solutions (the site's theory page).*\n{m.group(4)}"),
-        text)
+    # One plain line says what is withheld (a collapsed block holding only a placeholder would read as a promise).
+    def withheld(m):
+        summary = re.sub(r"<[^>]+>", "", m.group(1)).strip()
+        return (f"*Withheld from the student release: “{summary}”. "
+                f"After you hand notebook {m.group(2)} in, read it on the theory page of the course's solutions.*")
+    return ANSWER_BLOCK.sub(withheld, text)
 
 
 def copy_shared(dest: Path, *, student: bool) -> None:

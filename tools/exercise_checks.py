@@ -543,9 +543,21 @@ def package_module_names(tree) -> set[str]:
     return bound
 
 
+def cross_check_bodies(tree) -> set[int]:
+    """ids of the nodes inside the body of an `if cross_check(...):` (a comparison skipped while grading)."""
+    inside = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Call) \
+                and getattr(node.test.func, "id", getattr(node.test.func, "attr", None)) == "cross_check":
+            inside |= {id(n) for statement in node.body for n in ast.walk(statement)}
+    return inside
+
+
 def twin_in_visible_tests(name: str, nb) -> list[str]:
     """A visible test must not compare the student's function with the package's function of the same name:
-    returning the package's answer would pass it and Validate, and while grading that function is disabled."""
+    returning the package's answer would pass it and Validate, and while grading that function is disabled.
+    Inside `if cross_check(...):` it may, as a black box: the comparison is skipped while grading, and in the
+    student's kernel the exercise rule (exercise_rule.py) stops an exercise that calls its twin."""
     asked = asked_names(nb)
     modules = {"tc", "transformer_course"}
     for cell in nb.cells:                      # modules bound anywhere above count (cells share a namespace)
@@ -562,8 +574,9 @@ def twin_in_visible_tests(name: str, nb) -> list[str]:
             tree = ast.parse(python_source(visible(cell)))
         except SyntaxError:
             continue
+        skipped = cross_check_bodies(tree)
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and node.attr in asked
+            if (isinstance(node, ast.Attribute) and node.attr in asked and id(node) not in skipped
                     and isinstance(node.value, (ast.Name, ast.Attribute)) and ast.unparse(node.value).split(".")[0] in modules):
                 found.append(f"{label(name, i, cell)}: the visible test calls the package's `{ast.unparse(node)}`, "
                              f"the twin of the asked `{node.attr}`; check against an independent reference or a property")
