@@ -11,6 +11,7 @@ run in an IPython shell as a student's kernel runs cells.
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import random
 import subprocess
@@ -111,6 +112,22 @@ def test_the_rule_table_is_what_the_graders_package_rule_decides():
     for name, entry in table["notebooks"].items():
         assert entry["exercises"] and "transformer_course.exercise_rule" in entry["modules"], name
     assert table["notebooks"]["01_attention"]["blocked"]["transformer_course.softmax"] == ["softmax"]
+
+
+def test_every_exercise_of_a_notebook_is_blocked_or_absent_there():
+    """An exercise's package function is never usable in its own notebook: blocked, or its module left out of the
+    copy. (10 asks again for 02's softmax_backward: the package's stayed open in 10, 2 points for a one-line call.
+    A test cell calling the twin by its plain name once unblocked 08's sampling_probabilities.)"""
+    table = json.loads(exercise_rule.RULE_FILE.read_text(encoding="utf-8"))
+    for notebook, entry in table["notebooks"].items():
+        blocked = {name for names in entry["blocked"].values() for name in names}
+        for exercise in entry["exercises"]:
+            if exercise in blocked:
+                continue
+            homes = [m for m in entry["modules"] if hasattr(importlib.import_module(m), exercise)
+                     and getattr(importlib.import_module(m), exercise).__module__ == m]
+            assert not homes, (f"{notebook}: the exercise {exercise} is open in the grader's copy "
+                               f"(defined in {homes}, not blocked): a student could return the package's")
 
 
 # --------------------------------------------------------------------------- erf, safetensors, WordPiece

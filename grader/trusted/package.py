@@ -445,9 +445,10 @@ def plan_for(assignment, lib_dir: Path, earlier=()) -> PackagePlan:
     # An earlier notebook gives what the student wrote there. What it only blocked as a twin the student never
     # wrote: it stays blocked where a later notebook asks for it (04 blocked apply_rope and rope_tables as twins
     # of positional_encoding; 09 asks for apply_rope, with rope_tables as its twin).
-    written_before = {n for previous in earlier for defined in previous.solution_names.values() for n in defined}
+    # And what this notebook asks for again is this notebook's exercise: 10 asks for 02's softmax_backward again
+    # (the student may copy their own), so the package's stays blocked in 10.
     asked = asked_names(assignment)
-    given_before = {(m, n) for m, n in given_before if n not in asked or n in written_before}
+    given_before = {(m, n) for m, n in given_before if n not in asked}
     blocked -= given_before
     given = solution_uses(assignment, names, aliases)
     blocked = {(m, n) for m, n in blocked if m in modules and n not in given}
