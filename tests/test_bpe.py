@@ -314,6 +314,25 @@ def test_training_agrees_with_an_independent_count():
         assert merges == expected
 
 
+def test_merges_problem_accepts_the_rule_and_names_each_break():
+    """bpe.merges_problem, notebook 12's visible check of train_bpe: None for the trainer's merges, and the first
+    break of the rule named for a wrong tie, a pair no piece holds, a stop while pairs are left, too many merges."""
+    rng = random.Random(11)
+    text = " ".join("".join(rng.choice("abcde") for _ in range(rng.randrange(1, 6))) for _ in range(200))
+    chunks = [list(p.encode()) for p in bpe.pretokenize(text)]
+    merges = bpe.train_bpe(chunks, 30)
+    assert bpe.merges_problem(chunks, merges, 30) is None
+    tie = [list(b"cd"), list(b"ab")]
+    assert "ties go to the smallest pair" in bpe.merges_problem(tie, [[99, 100], [97, 98]], 2)
+    assert "no piece holds" in bpe.merges_problem(tie, [[98, 99]], 1)
+    assert "still holds two ids" in bpe.merges_problem(tie, [[97, 98]], 2)
+    assert "only 1 were asked" in bpe.merges_problem(tie, [[97, 98], [99, 100]], 1)
+    assert bpe.merges_problem(chunks, merges[:10], 10) is None
+    wrong = merges.copy()
+    wrong[3] = wrong[4]
+    assert bpe.merges_problem(chunks, wrong, 30).startswith("merge 3: expected")
+
+
 def test_shortest_tokenization_is_the_shortest_by_brute_force():
     rng = random.Random(7)
     for _ in range(60):

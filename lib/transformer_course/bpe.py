@@ -238,6 +238,36 @@ def train_bpe(chunks, n_merges):
     return np.array(merges, dtype=np.int64).reshape(-1, 2)
 
 
+def merges_problem(chunks, merges, n_merges) -> str | None:
+    """The first way ``merges`` breaks the training rule of :func:`train_bpe` on ``chunks`` (``n_merges`` asked),
+    said in words, or None when it follows the rule. The pieces are rebuilt merge by merge and the pairs
+    recounted before each one: it must be the most frequent pair at that point (of equal ones the smallest),
+    and the list may stop short of ``n_merges`` only when no piece holds two ids. For tests (notebook 12)."""
+    words = Counter(_check_chunks(chunks))                 # (ids...) -> how often the piece occurs
+    n_merges = _check_count(n_merges, "n_merges")
+    arr = np.asarray(merges)
+    arr = arr.reshape(0, 2) if arr.size == 0 else arr
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        return f"merges: expected an array of shape (m, 2), got shape {arr.shape}"
+    pairs = [tuple(int(v) for v in row) for row in arr.reshape(-1, 2)]
+    if len(pairs) > n_merges:
+        return f"{len(pairs)} merges, but only {n_merges} were asked for"
+    for r, pair in enumerate(pairs):
+        counts = pair_counts(words)
+        if pair not in counts:
+            return f"merge {r} joins {pair}, a pair that no piece holds at that point"
+        top = max(counts.values())
+        want = min(p for p, n in counts.items() if n == top)
+        if pair != want:
+            return (f"merge {r}: expected {want} (occurs {top} times), got {pair} (occurs {counts[pair]} times)"
+                    + ("; ties go to the smallest pair" if counts[pair] == top else ""))
+        words = Counter({tuple(merge_pair(word, pair, 256 + r)): n for word, n in words.items()})
+    left = next((word for word in words if len(word) > 1), None)
+    if left is not None and len(pairs) < n_merges:
+        return f"stopped after {len(pairs)} merges, but a piece still holds two ids: {list(left)}"
+    return None
+
+
 def _check_chunks(chunks) -> list[tuple]:
     if isinstance(chunks, (str, bytes)) or not hasattr(chunks, "__iter__"):
         raise TypeError(f"chunks must be a list of byte sequences (lists of ints 0..255), got {describe(chunks)}")
