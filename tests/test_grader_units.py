@@ -332,14 +332,20 @@ def test_another_notebooks_module_cannot_compute_this_notebooks_answer(tmp_path,
 
 
 def test_blocked_functions_of_earlier_notebooks_stay_available(assignment):
-    """A later notebook may import what an earlier one built: blocked only where it is the exercise."""
-    later = notebooks.Assignment("99_later", ROOT, [notebooks.SourceCell(0, "code", "import transformer_course as tc\n"
-                                                                              "tc.scaled_dot_product_attention", None,
-                                                                              "plain")],
-                                 [notebooks.TestCell("t", 1, ["attention.sdpa"], "", "")],
-                                 [], {"x": ["scaled_dot_product_attention"]})
-    plan = package.plan_for(later, ROOT / "lib", [assignment])
+    """A later notebook may import what an earlier one built: blocked only where it is the exercise -- and a
+    later notebook that asks for it again (its solution cells define it: 10 asks again for 02's
+    softmax_backward) makes it that notebook's exercise, blocked there."""
+    def later(asks):
+        return notebooks.Assignment("99_later", ROOT, [notebooks.SourceCell(0, "code", "import transformer_course as tc\n"
+                                                                                 "tc.scaled_dot_product_attention", None,
+                                                                                 "plain")],
+                                    [notebooks.TestCell("t", 1, ["attention.sdpa"], "", "")],
+                                    [], {"x": asks})
+    plan = package.plan_for(later([]), ROOT / "lib", [assignment])
     assert "transformer_course.attention" in plan.modules and plan.blocked == set()
+    plan = package.plan_for(later(["scaled_dot_product_attention"]), ROOT / "lib", [assignment])
+    assert ("transformer_course.attention", "scaled_dot_product_attention") in plan.blocked, \
+        "asked again in a later notebook, the package's function must be blocked there"
 
 
 def _plan_with_earlier(name):
