@@ -341,6 +341,9 @@ MONITOR_CASES = {
     "a private helper behind the twin": ("03_multihead", "from transformer_course import multihead\n"
                                          "def split_heads(x, n_heads):\n    return multihead._zero_if_none(None)\n"
                                          "split_heads(None, 1)", "_zero_if_none"),
+    "the visible test's checker": ("12_tokens", "from transformer_course import bpe\n"
+                                   "def train_bpe(chunks, n_merges):\n    return bpe.merges_problem(chunks, [], 1)\n"
+                                   "train_bpe([[97, 98]], 1)", "merges_problem"),
     "a module this notebook does not import": ("01_attention", "import transformer_course_fast as fast\n"
                                                "def softmax(x, axis=-1):\n    return fast.flash_attention\n"
                                                "softmax(None)", "transformer_course_fast"),

@@ -24,6 +24,8 @@ Each attacker is the correct submission with one or two solution cells replaced 
   whose value gradient is the sum over each group (declared twin).
 * 12, bpe_encode and wordpiece_tokenize: the tokenizer classes ``ByteLevelBPE`` and ``WordPiece`` (thin holders:
   they merge and split through the exercises themselves, so the stubs stop them).
+* 12, train_bpe: ``bpe.merges_problem``, the visible test's checker, asked merge by merge for the pair it expected
+  (a correct answer with the full package: it equals ``bpe.train_bpe``; blocked as train_bpe's declared twin).
 """
 
 from __future__ import annotations
@@ -140,6 +142,22 @@ WORDPIECE = (
     "    return tok.encode(word, add_special_tokens=False)\n"
 )
 
+MERGES_ORACLE = (
+    "import re\nfrom transformer_course import bpe\n"
+    'def train_bpe(chunks, n_merges):\n'
+    "    merges = []                                     # asks bpe.merges_problem, the visible test's checker, each merge\n"
+    '    while len(merges) < n_merges:\n'
+    '        said = bpe.merges_problem(chunks, merges, len(merges) + 1)\n'
+    '        if said is None:                            # no piece holds two ids any more\n'
+    '            break\n'
+    '        piece = [int(v) for v in re.findall(r"-?\\d+", said.rsplit(":", 1)[-1])]\n'
+    '        probe = (piece[0], piece[1])                # a pair some piece holds\n'
+    '        said = bpe.merges_problem(chunks, merges + [probe], len(merges) + 1)\n'
+    '        found = re.search(r"expected \\((\\d+), (\\d+)\\)", said or "")\n'
+    '        merges.append(probe if found is None else (int(found[1]), int(found[2])))\n'
+    '    return np.array(merges, dtype=np.int64).reshape(-1, 2)\n'
+)
+
 # student -> (notebook, {solution cell grade_id: new source}, test cells that must fail, a name the details give)
 ATTACKERS = {
     "loss_and_block": ("08_decoder", {"language_model_loss": LOSS, "decoder_block": BLOCK},
@@ -156,6 +174,7 @@ ATTACKERS = {
     "kv_sum": ("11_finetune", {"kv_head_gradient": KV}, {"test_kv_head_gradient"}, "grouped_query_attention_backward"),
     "tokenizer_classes": ("12_tokens", {"bpe_encode": BYTE_LEVEL, "wordpiece_tokenize": WORDPIECE},
                           {"test_bpe_encode", "test_wordpiece_tokenize"}, "bpe_encode"),
+    "merges_oracle": ("12_tokens", {"train_bpe": MERGES_ORACLE}, {"test_train_bpe"}, "merges_problem"),
 }
 NOTEBOOKS = sorted({nb for nb, *_ in ATTACKERS.values()})
 
