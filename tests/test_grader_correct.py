@@ -6,7 +6,8 @@ exist, later ones included), the released exercise with the source's solutions p
 cells -- what a student who solved everything submits. Two `python -m grader grade` runs of that class
 (two courses on one server; in the second, one notebook was saved with 28 MB of figures) run at
 once in the real sandbox. Each must give every notebook its full
-autograded points, leave the written answers "needs manual grading", use sandbox users of its own,
+autograded points with no cell raising on the way (a cross-check the grader cannot run is skipped with a note),
+leave the written answers "needs manual grading", use sandbox users of its own,
 and produce exactly the same table as the other (same COURSE_GRADING_SEED: the same inputs).
 """
 
@@ -81,6 +82,8 @@ def test_a_correct_submission_gets_full_autograded_points(two_runs, notebook):
         assert r["tests"], f"{notebook} has no autograded test cell"
         assert r["auto_points"] == sum(t["max_points"] for t in r["tests"]) > 0
         assert r["auto_status"] is None, (r["auto_status"], r["details"])
+        errors = [(c["index"], c["error"]) for c in r["cells"] if c.get("error")]
+        assert not errors, f"{notebook}: a correct submission's cells raise while grading (issue 38, point 4): {errors}"
         assert all(not w["missing"] and not w["unchanged"] for w in r["written"]), r["written"]
         row = next(row for row in csv.DictReader(result["table"].splitlines()) if row["notebook"] == notebook)
         assert row["status"] == ("needs manual grading" if r["written"] else "graded"), row

@@ -2,16 +2,16 @@
 (issue 36): an exercise may use NumPy, the standard library, matplotlib and the course package as the grader
 offers it (transformer_course/exercise_rule.py) -- nothing else the environment holds.
 
-For each notebooks/NN_* (whatever exist; later ones included), three students, graded in one run of the real
-grader (``python -m grader grade``, its sandbox):
+For each notebooks/NN_* (whatever exist; later ones included), one attacker, graded in one run of the real
+grader (``python -m grader grade``, its sandbox): the released exercise with the source's solutions
+(tests/fixtures/correct_class.py; that alone gets every autograded point and Validate's Success:
+tests/test_grader_correct.py, tests/test_pipeline.py::test_a_correctly_filled_release_validates), except
 
-* ``honest``: the released exercise with the source's solutions (tests/fixtures/correct_class.py) -- every
-  autograded point. (Its Validate says Success: tests/test_pipeline.py::test_a_correctly_filled_release_validates.)
-* ``twin``: the first and the last exercise whose package function the grader blocks return that function
-  (``return tc.softmax(x, axis=axis)``), every other answer correct.
-* ``library``: an exercise answered correctly with a library the grader does not offer, one library family per
-  notebook (tests/fixtures/library_students.py: SciPy, mpmath, SymPy, transformers, PyTorch, scikit-learn,
-  sentence-transformers and tokenizers, gguf, PyTorch's autograd, safetensors).
+* ``library`` cells: an exercise answered correctly with a library the grader does not offer, one library family
+  per notebook (tests/fixtures/library_students.py: SciPy, mpmath, SymPy, transformers, PyTorch, scikit-learn,
+  sentence-transformers and tokenizers, gguf, PyTorch's autograd, safetensors);
+* ``twin`` cells: of the other exercises whose package function the grader blocks, the first and the last return
+  that function (``return tc.softmax(x, axis=axis)``).
 
 Each attacker, through ``Validator`` (what ``nbgrader validate`` and JupyterLab's Validate button run): no
 Success; the attacked exercises' test cells fail with the grader's message naming the exercise and the rule; every
@@ -84,14 +84,14 @@ def hidden_calls(name: str) -> dict[str, set[str]]:
     return found
 
 
-def twin_cells(name: str) -> dict[str, str]:
+def twin_cells(name: str, leave=()) -> dict[str, str]:
     """The first and the last exercise of the notebook whose package function of the same name the grader does not
-    offer there (an earlier notebook's exercise asked again is offered: 02's softmax_backward in 10), answered by
-    calling that function."""
+    offer there (an earlier notebook's exercise asked again is blocked too: 02's softmax_backward in 10), answered
+    by calling that function; of the solution cells not in ``leave`` (the library attack's)."""
     import transformer_course as tc
 
     rule = exercise_rule.rule_table()["notebooks"][name]
-    chosen = [(gid, fn) for gid, fn in exercises(name) if hasattr(tc, fn)
+    chosen = [(gid, fn) for gid, fn in exercises(name) if gid not in leave and hasattr(tc, fn)
               and (fn in rule["blocked"].get(getattr(tc, fn).__module__, ())
                    or getattr(tc, fn).__module__ not in rule["modules"])]
     assert chosen, f"{name}: no exercise has a package twin the grader blocks"
@@ -106,6 +106,12 @@ def library_cells(name: str) -> tuple[str, dict[str, str]]:
     gid, fn = exercises(name)[0]
     family, template = library_students.GENERIC
     return family, {gid: template.format(name=fn)}
+
+
+def attacker_cells(name: str) -> dict[str, str]:
+    """The notebook's attacker: the library attack's cells, and the twin attack on other solution cells."""
+    library = library_cells(name)[1]
+    return {**library, **twin_cells(name, leave=set(library))}
 
 
 def attacked(name: str, cells: dict[str, str]) -> set[str]:
@@ -191,9 +197,7 @@ def graded(tmp_path_factory):
                          hidden=site["hide"], site=site["site"], rule=RULE)
     students = {}
     for name in NOTEBOOKS:
-        students[("honest", name)] = submission(name, {})
-        students[("twin", name)] = submission(name, twin_cells(name))
-        students[("library", name)] = submission(name, library_cells(name)[1])
+        students[("attacker", name)] = submission(name, attacker_cells(name))
     students[("probe", NOTEBOOKS[0])] = submission(NOTEBOOKS[0], {}, extra=probe)
     students[("imports_unused", NOTEBOOKS[0])] = _imports_unused(NOTEBOOKS[0])
     for (student, name), nb in students.items():
@@ -242,13 +246,14 @@ def _validate(path: Path) -> tuple[dict, dict[str, str]]:
     return result, failed
 
 
-def test_the_honest_students_get_every_point(graded):
+def _full(record: dict) -> float:
+    return sum(t["max_points"] for t in record["tests"])
+
+
+def test_every_notebook_has_both_attacks():
     for name in NOTEBOOKS:
-        r = graded["records"]["honest", name]
-        assert not _failed_tests(r), (name, r["details"])
-        assert r["auto_points"] == sum(t["max_points"] for t in r["tests"]) > 0
-        errors = [(c["index"], c["error"]) for c in r["cells"] if c.get("error")]
-        assert not errors, f"{name}: a correct submission's cells raise while grading (issue 38, point 4): {errors}"
+        library, twins = library_cells(name)[1], twin_cells(name, leave=set(library_cells(name)[1]))
+        assert library and twins and not set(library) & set(twins), (name, sorted(library), sorted(twins))
 
 
 def test_an_import_the_exercises_do_not_need_costs_nothing(graded, tmp_path):
@@ -257,7 +262,7 @@ def test_an_import_the_exercises_do_not_need_costs_nothing(graded, tmp_path):
     message (it runs in the student's kernel); Validate says Success, as the grader gives every point."""
     name = NOTEBOOKS[0]
     record = graded["records"]["imports_unused", name]
-    assert not _failed_tests(record) and record["auto_points"] == graded["records"]["honest", name]["auto_points"]
+    assert not _failed_tests(record) and record["auto_points"] == _full(record) > 0
     errors = [c["error"] for c in record["cells"] if c.get("error")]
     assert len(errors) == 1 and RULE in errors[0]["evalue"], errors
     folder = tmp_path / "my work"
@@ -269,17 +274,16 @@ def test_an_import_the_exercises_do_not_need_costs_nothing(graded, tmp_path):
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
-@pytest.mark.parametrize("student", ["twin", "library"])
-def test_validate_and_the_grader_give_an_attacker_the_same_verdict(graded, tmp_path, name, student):
-    cells = twin_cells(name) if student == "twin" else library_cells(name)[1]
+def test_validate_and_the_grader_give_an_attacker_the_same_verdict(graded, tmp_path, name):
+    student = "attacker"
+    cells = attacker_cells(name)
     targets = attacked(name, cells)
     must_fail = {gid for gid, called in hidden_calls(name).items() if called & targets}
     assert must_fail, (name, targets)
     record = graded["records"][student, name]
-    honest = graded["records"]["honest", name]
     lost = _failed_tests(record)
     assert must_fail <= lost, f"{name} ({student}): the grader gave points to {must_fail - lost}: {record['details']}"
-    assert record["auto_points"] == honest["auto_points"] - sum(t["max_points"] for t in record["tests"]
+    assert record["auto_points"] == _full(record) - sum(t["max_points"] for t in record["tests"]
                                                                 if t["grade_id"] in lost)
     said = json.dumps([[c for t in record["tests"] if t["grade_id"] in must_fail for c in t["cases"]],
                        [c.get("error") for c in record["cells"]]])
@@ -319,4 +323,4 @@ def test_the_sandbox_holds_only_what_the_rule_allows(graded):
     assert probe["from_import_refused"] is True
     assert probe["fresh_interpreter"] != 0 and probe["usr_bin_python3_yaml"] in (None, 1), probe
     assert probe["site_writable"] is False
-    assert record["auto_points"] == graded["records"]["honest", NOTEBOOKS[0]]["auto_points"]
+    assert record["auto_points"] == _full(record) > 0

@@ -251,6 +251,35 @@ def add_snippet_cells(nb) -> list[tuple[int, str]]:
     return snippets
 
 
+def add_reporting_snippet_cells(nb, report) -> list[tuple[int, str]]:
+    """As :func:`add_snippet_cells`, for a run whose outputs are not kept (``nbgrader validate`` on the command
+    line): each cell runs its snippet with ``run_cell`` and appends a failure as a JSON line to the file ``report``
+    (read it with :func:`reported_snippet_failures`). Returns (markdown cell, snippet)."""
+    snippets = notebook_snippets(nb)
+    for i, snippet in snippets:
+        code = (f"_snippet = get_ipython().run_cell({runnable(snippet)!r}, silent=True)   # suggested by cell {i}\n"
+                f"if not _snippet.success:\n"
+                f"    _error = _snippet.error_in_exec or _snippet.error_before_exec\n"
+                f"    with open({str(report)!r}, 'a', encoding='utf-8') as _report:\n"
+                f"        _report.write(__import__('json').dumps([{i}, {snippet!r}, type(_error).__name__, "
+                f"str(_error)[:120]]) + '\\n')\n")
+        cell = nbformat.v4.new_code_cell(code, metadata={"tags": [SNIPPET_TAG]})
+        cell.metadata["exercise_checks"] = {"from_cell": i}
+        nb.cells.append(cell)
+    return snippets
+
+
+def reported_snippet_failures(name: str, report) -> list[str]:
+    """The failures :func:`add_reporting_snippet_cells`' cells wrote to ``report``, said as failed_snippets says them."""
+    import json
+    from pathlib import Path
+
+    path = Path(report)
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return [f"{name} cell {i}: the suggested `{snippet}` fails: {ename}: {evalue}"
+            for i, snippet, ename, evalue in map(json.loads, lines)]
+
+
 def failed_snippets(name: str, executed) -> list[str]:
     """The snippet cells of an executed notebook (add_snippet_cells) that raised."""
     found = []
