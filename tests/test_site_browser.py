@@ -429,7 +429,12 @@ def test_search_snippets_show_the_text_around_the_hit(built_site, server, browse
     visit = Visit(browser, server, "search.html?q=saturate")
     try:
         visit.open()
-        visit.page.locator("#search-results ul.search li p.context").first.wait_for()
+        # Sphinx lists the results one by one, then says "Search finished"; each snippet arrives later, when its
+        # page has been fetched: wait for the end of the list and for the first four snippets, not the first one only.
+        visit.page.wait_for_function(
+            "() => { const done = /finished/.test((document.querySelector('#search-results p.search-summary') || {})"
+            ".textContent || ''); const items = [...document.querySelectorAll('#search-results ul.search li')];"
+            " return done && items.length > 0 && items.slice(0, 4).every((li) => li.querySelector('p.context')); }")
         results = visit.page.eval_on_selector_all(
             "#search-results ul.search li",
             "els => els.map((li) => ({href: li.querySelector('a').href, title: li.querySelector('a').textContent,"
